@@ -1,0 +1,1 @@
+"""Alembic revisions of the runner schema; each applies SQL files from sql/."""

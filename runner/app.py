@@ -1,0 +1,246 @@
+"""The job registry: ``Runner`` and ``@app.job(...)``, with every definition validated when it
+is registered (one clear error naming the job and the field) and synced into ``runner.jobs``
+when a runner starts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from runner.errors import JobDefinitionError, Permanent
+from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
+
+if TYPE_CHECKING:
+    from runner.attempt import JobContext
+
+Handler: TypeAlias = "Callable[[JobContext], object]"
+PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
+
+_MAX_NAME = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before attempt n+1 after attempt n failed: ``base * factor**(n-1)``, capped at
+    ``cap``, then spread by +/- ``jitter`` (a fraction) so that a failing fleet does not retry
+    in lockstep."""
+
+    base: timedelta = timedelta(seconds=10)
+    factor: float = 2.0
+    cap: timedelta = timedelta(hours=1)
+    jitter: float = 0.2
+
+    def delay(self, failed_attempt: int, rng: random.Random | None = None) -> timedelta:
+        raw = self.base.total_seconds() * self.factor ** max(failed_attempt - 1, 0)
+        capped = min(raw, self.cap.total_seconds())
+        spread = (rng or random).uniform(-self.jitter, self.jitter) if self.jitter else 0.0
+        return timedelta(seconds=max(capped * (1.0 + spread), 0.0))
+
+
+@dataclass(frozen=True)
+class JobDef:
+    name: str
+    handler: Handler
+    schedule: Schedule
+    partitions: tuple[str, ...] | PartitionsFn | None
+    max_attempts: int
+    version: str
+    backoff: Backoff
+    permanent: tuple[type[BaseException], ...]
+    owner: str | None
+    paused: bool
+    track_from: datetime | None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dynamic_partitions(self) -> bool:
+        return callable(self.partitions)
+
+    def partitions_for(self, slot: datetime) -> list[str]:
+        """The partition keys of one slot: ``['']`` when the job is not partitioned."""
+        if self.partitions is None:
+            return [""]
+        if isinstance(self.partitions, tuple):
+            return list(self.partitions)
+        keys = _partition_keys(self.name, self.partitions(slot))
+        return list(keys)
+
+    def is_permanent(self, exc: BaseException) -> bool:
+        return isinstance(exc, (Permanent, *self.permanent))
+
+
+def _partition_keys(job: str, values: Iterable[object]) -> tuple[str, ...]:
+    keys: list[str] = []
+    seen: set[str] = set()
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise JobDefinitionError(
+                job, "partitions", f"partition keys must be str or int, got {type(value).__name__}"
+            )
+        key = str(value)
+        if key == "":
+            raise JobDefinitionError(job, "partitions", "'' is reserved for 'not partitioned'")
+        if "\x00" in key:
+            raise JobDefinitionError(job, "partitions", "a partition key cannot contain NUL")
+        if key in seen:
+            raise JobDefinitionError(job, "partitions", f"duplicate partition key {key!r}")
+        seen.add(key)
+        keys.append(key)
+    return tuple(keys)
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise JobDefinitionError(str(name), "name", "a job needs a non-empty name")
+    if len(name) > _MAX_NAME:
+        raise JobDefinitionError(name[:40] + "...", "name", f"longer than {_MAX_NAME} characters")
+    if _CONTROL.search(name):
+        raise JobDefinitionError(name, "name", "control characters are not allowed")
+    return name
+
+
+def _check_backoff(job: str, value: object) -> Backoff:
+    if value is None:
+        return Backoff()
+    if isinstance(value, Backoff):
+        return value
+    try:
+        if isinstance(value, dict):
+            unknown = set(value) - {"base", "factor", "cap", "jitter"}
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)}")
+            base = parse_interval(value.get("base", "10s"), field="backoff")
+            cap = parse_interval(value.get("cap", "1h"), field="backoff")
+            factor = float(value.get("factor", 2.0))
+            jitter = float(value.get("jitter", 0.2))
+        else:
+            base = parse_interval(value, field="backoff")  # type: ignore[arg-type]
+            cap, factor, jitter = timedelta(hours=1), 2.0, 0.2
+    except (ScheduleError, ValueError, TypeError) as exc:
+        raise JobDefinitionError(job, "backoff", str(exc)) from None
+    if factor < 1.0:
+        raise JobDefinitionError(job, "backoff", "factor must be >= 1")
+    if not 0.0 <= jitter < 1.0:
+        raise JobDefinitionError(job, "backoff", "jitter must be in [0, 1)")
+    return Backoff(base=base, factor=factor, cap=max(cap, base), jitter=jitter)
+
+
+class Runner:
+    """The registry of jobs of one application.
+
+    >>> app = Runner()
+    >>> @app.job("refresh-cache", every="30s")
+    ... def refresh(ctx): ...
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobDef] = {}
+
+    @property
+    def jobs(self) -> dict[str, JobDef]:
+        return dict(self._jobs)
+
+    def job(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: str | int | float | timedelta | None = None,
+        timezone: str | None = None,
+        partitions: Sequence[str | int] | PartitionsFn | None = None,
+        max_attempts: int = 3,
+        version: str | int = "1",
+        backoff: Backoff | dict[str, Any] | str | int | float | timedelta | None = None,
+        permanent: Sequence[type[BaseException]] = (),
+        owner: str | None = None,
+        paused: bool = False,
+        track_from: datetime | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Register the decorated function as the handler of job ``name``."""
+        job = self._define(
+            name,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            partitions=partitions,
+            max_attempts=max_attempts,
+            version=version,
+            backoff=backoff,
+            permanent=permanent,
+            owner=owner,
+            paused=paused,
+            track_from=track_from,
+        )
+
+        def register(handler: Handler) -> Handler:
+            if not callable(handler):
+                raise JobDefinitionError(job.name, "handler", "the handler must be callable")
+            if job.name in self._jobs:
+                raise JobDefinitionError(job.name, "name", "a job with this name is already registered")
+            self._jobs[job.name] = JobDef(**{**job.__dict__, "handler": handler})
+            return handler
+
+        return register
+
+    def _define(self, name: object, **kw: Any) -> JobDef:
+        job = _check_name(name)
+        if job in self._jobs:
+            raise JobDefinitionError(job, "name", "a job with this name is already registered")
+        try:
+            schedule = parse_schedule(cron=kw["cron"], every=kw["every"], timezone=kw["timezone"])
+        except ScheduleError as exc:
+            raise JobDefinitionError(job, exc.field, str(exc)) from None
+        partitions: tuple[str, ...] | PartitionsFn | None
+        raw_parts = kw["partitions"]
+        if raw_parts is None:
+            partitions = None
+        elif callable(raw_parts):
+            partitions = raw_parts
+        elif isinstance(raw_parts, (str, bytes)):
+            raise JobDefinitionError(job, "partitions", "give a list of keys or a callable, not a string")
+        else:
+            try:
+                partitions = _partition_keys(job, list(raw_parts))
+            except TypeError:
+                raise JobDefinitionError(job, "partitions", "give a list of keys or a callable") from None
+            if not partitions:
+                raise JobDefinitionError(job, "partitions", "an empty list would expect no runs at all")
+        max_attempts = kw["max_attempts"]
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise JobDefinitionError(job, "max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
+        version = kw["version"]
+        if isinstance(version, bool) or not isinstance(version, (str, int)):
+            raise JobDefinitionError(job, "version", "must be a string or an integer")
+        permanent = tuple(kw["permanent"])
+        for exc_type in permanent:
+            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                raise JobDefinitionError(job, "permanent", f"{exc_type!r} is not an exception type")
+        owner = kw["owner"]
+        if owner is not None and not isinstance(owner, str):
+            raise JobDefinitionError(job, "owner", "must be a string")
+        track_from = kw["track_from"]
+        if track_from is not None and (not isinstance(track_from, datetime) or track_from.tzinfo is None):
+            raise JobDefinitionError(job, "track_from", "must be an aware datetime")
+        return JobDef(
+            name=job,
+            handler=_no_handler,
+            schedule=schedule,
+            partitions=partitions,
+            max_attempts=max_attempts,
+            version=str(version),
+            backoff=_check_backoff(job, kw["backoff"]),
+            permanent=permanent,
+            owner=owner,
+            paused=bool(kw["paused"]),
+            track_from=track_from,
+        )
+
+
+def _no_handler(ctx: JobContext) -> None:  # placeholder until the decorator receives it
+    raise RuntimeError("handler not registered")

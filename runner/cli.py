@@ -1,0 +1,338 @@
+"""The ``runner`` command (Typer): parse, call, print. No logic of its own.
+
+Exit codes: 0 ok, 1 error (one line on stderr, nothing written), 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta
+from typing import Annotated, Any, NoReturn
+
+import psycopg
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from runner import ledger, migrate
+from runner.errors import JobDefinitionError
+from runner.loader import load_app
+from runner.settings import ConfigError, DatabaseChoice, choose_database, lock_namespace, redact
+from runner.sqlfiles import queries
+
+app = typer.Typer(
+    name="runner",
+    help="A PostgreSQL-native scheduled-job runner that proves every slot ran once.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="The runner schema: migrate, show, print SQL.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+Q = queries("cli")
+
+AppOpt = Annotated[
+    str | None,
+    typer.Option("--app", envvar="RUNNER_APP", help="module:attr or path/to/file.py:attr"),
+]
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="RUNNER_DATABASE_URL",
+        show_envvar=True,
+        help="PostgreSQL URL (else DATABASE_URL; else the embedded server under ./.runner/)",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"runner: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=True)
+
+
+def _resolve_db(flag: str | None) -> DatabaseChoice:
+    choice = choose_database(flag)
+    if choice is not None:
+        return choice
+    from runner.embedded import embedded_url
+
+    typer.echo(
+        "runner: no database configured (--database-url, RUNNER_DATABASE_URL, DATABASE_URL); "
+        "using the embedded PostgreSQL in ./.runner/",
+        err=True,
+    )
+    return DatabaseChoice(embedded_url(), "embedded")
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn expected failures into one clear line and exit code 1."""
+    try:
+        yield
+    except (ConfigError, JobDefinitionError) as exc:
+        fail(str(exc))
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        fail(f"database error: {redact(first)}")
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        fail(f"database error: {type(exc).__name__}: {redact(first)}")
+
+
+def _connect(choice: DatabaseChoice) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(choice.url, autocommit=True, connect_timeout=10,
+                               application_name="runner-cli")
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "connection failed"
+        raise ConfigError(f"cannot connect to the database {redact(choice.url)}: {redact(first)}") from None
+
+
+def _open_ledger(flag: str | None) -> tuple[DatabaseChoice, psycopg.Connection[Any]]:
+    """Connect and check the schema; the embedded database is migrated automatically."""
+    choice = _resolve_db(flag)
+    conn = _connect(choice)
+    if choice.embedded and migrate.current_revision(conn) != migrate.head_revision():
+        typer.echo("runner: migrating the embedded database to head", err=True)
+        migrate.upgrade(choice.url)
+    migrate.check_schema(conn, choice.url)
+    return choice, conn
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _print_json(rows: list[dict[str, Any]]) -> None:
+    typer.echo(json.dumps(_jsonable(rows), ensure_ascii=False, indent=2))
+
+
+def _print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    table = Table(title=title, show_lines=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else _cell(row.get(c)) for c in columns))
+    _console().print(table)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return str(_jsonable(value))
+
+
+# -- db ---------------------------------------------------------------------------------
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: DbOpt = None, revision: str = "head") -> None:
+    """Migrate the runner schema to head (idempotent)."""
+    with _errors():
+        choice = _resolve_db(database_url)
+        _connect(choice).close()
+        migrate.upgrade(choice.url, revision)
+        conn = _connect(choice)
+        typer.echo(f"runner schema at {migrate.current_revision(conn)} on {redact(choice.url)}")
+        conn.close()
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt = None) -> None:
+    """Migrate the runner schema down to REVISION ('base' removes it)."""
+    with _errors():
+        choice = _resolve_db(database_url)
+        _connect(choice).close()
+        migrate.downgrade(choice.url, revision)
+        typer.echo(f"runner schema downgraded to {revision}")
+
+
+@db_app.command("current")
+def db_current(database_url: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the schema's revision and this runner's head."""
+    with _errors():
+        choice = _resolve_db(database_url)
+        conn = _connect(choice)
+        current = migrate.current_revision(conn)
+        conn.close()
+        head = migrate.head_revision()
+        if as_json:
+            typer.echo(json.dumps({"current": current, "head": head, "up_to_date": current == head}))
+        else:
+            typer.echo(f"current: {current or '(none: run `runner db upgrade`)'}")
+            typer.echo(f"head:    {head}")
+
+
+@db_app.command("sql")
+def db_sql(revision: str = "head") -> None:
+    """Print the migration SQL for review (needs no database)."""
+    with _errors():
+        typer.echo(migrate.offline_sql(revision), nl=False)
+
+
+# -- start ------------------------------------------------------------------------------
+
+
+@app.command()
+def start(
+    app_spec: AppOpt = None,
+    database_url: DbOpt = None,
+    workers: Annotated[int, typer.Option(min=1, max=1000, help="handler threads")] = 10,
+    poll_interval: Annotated[float, typer.Option(min=0.01, help="seconds between polls for retries")] = 1.0,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+) -> None:
+    """Run the scheduling loop and workers until SIGTERM/SIGINT."""
+    from runner.loop import LoopConfig, Worker
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        fail(f"--log-level must be one of DEBUG, INFO, WARNING, ERROR, got {log_level!r}", 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    with _errors():
+        runner_app = load_app(app_spec)
+        if not runner_app.jobs:
+            raise ConfigError(f"the app {app_spec!r} registers no jobs")
+        namespace = lock_namespace()
+        choice, conn = _open_ledger(database_url)
+        conn.close()
+        worker = Worker(runner_app, choice.url, LoopConfig(workers=workers, poll_interval=poll_interval),
+                        namespace=namespace)
+        worker.start()
+
+    interrupts = 0
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1 and signum == signal.SIGINT:
+            logging.getLogger("runner").warning("second interrupt: exiting at once")
+            os._exit(130)
+        logging.getLogger("runner").info(
+            "%s: stopping; waiting for running handlers", signal.Signals(signum).name)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with _errors():
+        worker.run()
+
+
+# -- listings ---------------------------------------------------------------------------
+
+
+@app.command()
+def jobs(app_spec: AppOpt = None, as_json: JsonOpt = False,
+         count: Annotated[int, typer.Option("--next", min=0, max=100, help="next slots shown")] = 3,
+         ) -> None:
+    """The registered jobs: schedule, zone, policies, next slots."""
+    from datetime import UTC
+
+    with _errors():
+        runner_app = load_app(app_spec)
+        now = datetime.now(UTC)
+        rows = []
+        for job in runner_app.jobs.values():
+            sched = job.schedule
+            slots, t = [], now
+            for _ in range(count):
+                t = sched.next_after(t)
+                slots.append(t)
+            rows.append({
+                "job_name": job.name,
+                "schedule": sched.cron if sched.kind == "cron" else f"every {sched.every}",
+                "timezone": sched.timezone,
+                "partitions": (list(job.partitions) if isinstance(job.partitions, tuple)
+                               else "dynamic" if job.partitions else None),
+                "max_attempts": job.max_attempts,
+                "version": job.version,
+                "owner": job.owner,
+                "paused": job.paused,
+                "next_slots": slots,
+            })
+    if as_json:
+        _print_json(rows)
+    else:
+        _print_table("jobs", rows, ["job_name", "schedule", "timezone", "partitions", "max_attempts",
+                                     "version", "owner", "paused", "next_slots"])
+
+
+def _parse_time(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"{name} must be an ISO 8601 time like 2026-01-31T02:00:00+09:00, got {value!r}", 2)
+    if parsed.tzinfo is None:
+        fail(f"{name} needs a UTC offset (e.g. +00:00 or Z), got {value!r}", 2)
+    return parsed
+
+
+RUN_STATUSES = ("pending", "running", "succeeded", "failed", "dead", "skipped", "coalesced",
+                "awaiting_approval", "cancelled")
+
+
+@app.command()
+def runs(
+    database_url: DbOpt = None,
+    job: Annotated[str | None, typer.Option(help="only this job")] = None,
+    status: Annotated[list[str] | None, typer.Option(help="only these statuses (repeatable)")] = None,
+    partition: Annotated[str | None, typer.Option(help="only this partition key")] = None,
+    since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
+    until: Annotated[str | None, typer.Option(help="slots before (ISO 8601)")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """The ledger's runs, newest slot first."""
+    for s in status or []:
+        if s not in RUN_STATUSES:
+            fail(f"--status must be one of {', '.join(RUN_STATUSES)}; got {s!r}", 2)
+    params = {
+        "job_name": job, "statuses": status or None, "partition_key": partition,
+        "since": _parse_time(since, "--since"), "until": _parse_time(until, "--until"),
+        "limit": limit,
+    }
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        rows = ledger.dict_rows(conn, Q["list_runs"], params)
+        conn.close()
+    if as_json:
+        _print_json(rows)
+    else:
+        _print_table("runs", rows, ["id", "job_name", "schedule_slot", "partition_key", "status",
+                                     "trigger", "attempt", "fence", "started_at", "finished_at",
+                                     "last_error"])
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+

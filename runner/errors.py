@@ -1,0 +1,23 @@
+"""Exceptions that are part of the public contract."""
+
+from __future__ import annotations
+
+
+class Permanent(Exception):
+    """Raise from a handler for a failure that retrying cannot fix (bad input, auth,
+    validation): the run goes straight to ``dead`` and is never retried automatically."""
+
+
+class JobDefinitionError(ValueError):
+    """A job definition is invalid. The message names the job and the field, on one line."""
+
+    def __init__(self, job: str, field: str, message: str) -> None:
+        self.job = job
+        self.field = field
+        super().__init__(f"job {job!r}: {field}: {message}")
+
+
+class LostOwnership(Exception):
+    """The attempt no longer owns its run (a newer fence exists, or the run was finished by
+    someone else). Raised by ``ctx.heartbeat()`` so the handler stops; nothing it wrote
+    through ``ctx.db`` is committed."""

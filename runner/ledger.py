@@ -1,0 +1,221 @@
+"""Every database call of the runner's loop, on the named statements of
+``sql/queries/ledger.sql``. Nothing here decides anything: it turns Python values into the
+parameters of one statement and its rows back into Python values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from runner.app import JobDef
+from runner.sqlfiles import queries
+
+Q = queries("ledger")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs attempts: this process, identified in every attempt row."""
+
+    instance: UUID
+    host: str
+    pid: int
+    namespace: int
+
+    @classmethod
+    def here(cls, instance: UUID, namespace: int) -> Owner:
+        return cls(instance=instance, host=socket.gethostname(), pid=os.getpid(), namespace=namespace)
+
+    def params(self) -> dict[str, Any]:
+        return {"instance": self.instance, "host": self.host, "pid": self.pid, "namespace": self.namespace}
+
+
+@dataclass(frozen=True)
+class SlotClaim:
+    """One slot x partition this process wants to turn into a run."""
+
+    job_name: str
+    slot: datetime
+    partition_key: str
+    business_date: date
+    window_start: datetime
+    window_end: datetime
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run this process now owns (or failed to lock, when ``locked`` is false)."""
+
+    id: int
+    job_name: str
+    slot: datetime
+    partition_key: str
+    business_date: date
+    window_start: datetime
+    window_end: datetime
+    trigger: str
+    attempt: int
+    fence: int
+    idempotency_key: str
+    locked: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of one attempt, as the one writer of outcomes records it."""
+
+    run_id: int
+    fence: int
+    status: str  # succeeded | failed | dead
+    error_class: str | None = None
+    error_message: str | None = None
+    retry_delay: float | None = None  # seconds, for status 'failed'
+    processed: int | None = None
+    failed: int | None = None
+
+
+def db_now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute(Q["db_now"]).fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
+def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef], now: datetime | None = None) -> None:
+    """Write the definitions into runner.jobs (and their schedule history), one transaction."""
+    with conn.transaction():
+        for job in sorted(jobs, key=lambda j: j.name):  # a fixed order: no deadlock between syncers
+            sched = job.schedule
+            options = {
+                "owner": job.owner,
+                "paused_in_code": job.paused,
+                "backoff": {
+                    "base": job.backoff.base.total_seconds(),
+                    "factor": job.backoff.factor,
+                    "cap": job.backoff.cap.total_seconds(),
+                    "jitter": job.backoff.jitter,
+                },
+                "permanent": [f"{t.__module__}.{t.__qualname__}" for t in job.permanent],
+            }
+            params = {
+                "job_name": job.name,
+                "schedule_kind": sched.kind,
+                "cron": sched.cron,
+                "every_interval": sched.every,
+                "timezone": sched.timezone,
+                "partitions": list(job.partitions) if isinstance(job.partitions, tuple) else None,
+                "dynamic_partitions": job.dynamic_partitions,
+                "max_attempts": job.max_attempts,
+                "version": job.version,
+                "options": Jsonb(options, dumps=lambda o: json.dumps(o, sort_keys=True)),
+                "paused": job.paused,
+                "track_from": job.track_from,
+                "now": now,
+            }
+            conn.execute(Q["sync_job"], params)
+            conn.execute(Q["record_schedule"], {"job_name": job.name, "now": now})
+
+
+def paused_jobs(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> set[str]:
+    rows = conn.execute(Q["paused_jobs"], {"job_names": list(job_names)}).fetchall()
+    return {r[0] for r in rows}
+
+
+def _claimed(rows: list[tuple[Any, ...]]) -> tuple[datetime, list[ClaimedRun]]:
+    now: datetime = rows[0][0]
+    runs = [ClaimedRun(*row[1:]) for row in rows if row[1] is not None]
+    return now, runs
+
+
+def claim_slots(
+    conn: psycopg.Connection[Any], owner: Owner, claims: Sequence[SlotClaim], now: datetime | None = None
+) -> tuple[datetime, list[ClaimedRun]]:
+    """Claim many slot x partitions in one statement; returns the database clock and the
+    runs this process won."""
+    params = {
+        **owner.params(),
+        "now": now,
+        "job_names": [c.job_name for c in claims],
+        "slots": [c.slot for c in claims],
+        "partition_keys": [c.partition_key for c in claims],
+        "business_dates": [c.business_date for c in claims],
+        "window_starts": [c.window_start for c in claims],
+        "window_ends": [c.window_end for c in claims],
+        "idempotency_keys": [c.idempotency_key for c in claims],
+    }
+    return _claimed(conn.execute(Q["claim_slots"], params).fetchall())
+
+
+def claim_due_runs(
+    conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
+    now: datetime | None = None,
+) -> tuple[datetime, list[ClaimedRun]]:
+    """Start the next attempt of runs that wait for one (retries, queued runs)."""
+    params = {**owner.params(), "now": now, "job_names": list(job_names), "limit": limit}
+    return _claimed(conn.execute(Q["claim_due_runs"], params).fetchall())
+
+
+def finish_attempts(
+    conn: psycopg.Connection[Any], outcomes: Sequence[Outcome], now: datetime | None = None
+) -> dict[int, bool]:
+    """Record outcomes (fence-checked); returns run id -> whether the outcome landed."""
+    if not outcomes:
+        return {}
+    params = {
+        "now": now,
+        "run_ids": [o.run_id for o in outcomes],
+        "fences": [o.fence for o in outcomes],
+        "statuses": [o.status for o in outcomes],
+        "error_classes": [o.error_class for o in outcomes],
+        "error_messages": [o.error_message for o in outcomes],
+        "retry_delays": [o.retry_delay for o in outcomes],
+        "processed": [o.processed for o in outcomes],
+        "failed": [o.failed for o in outcomes],
+    }
+    return {row[0]: row[1] for row in conn.execute(Q["finish_attempts"], params).fetchall()}
+
+
+def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence[int]) -> None:
+    if run_ids:
+        conn.execute(Q["unlock_runs"], {"namespace": namespace, "run_ids": list(run_ids)}).fetchall()
+
+
+def heartbeat_attempt(
+    conn: psycopg.Connection[Any], run_id: int, fence: int, processed: int | None,
+    failed: int | None, now: datetime | None = None,
+) -> bool:
+    row = conn.execute(
+        Q["heartbeat_attempt"],
+        {"run_id": run_id, "fence": fence, "processed": processed, "failed": failed, "now": now},
+    ).fetchone()
+    return row is not None
+
+
+def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str) -> None:
+    conn.execute(Q["register_instance"], {**owner.params(), "runner_version": runner_version})
+
+
+def heartbeat_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:
+    conn.execute(Q["heartbeat_instance"], {"instance": owner.instance})
+
+
+def stop_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:
+    conn.execute(Q["stop_instance"], {"instance": owner.instance})
+
+
+def dict_rows(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(sql, params)  # type: ignore[arg-type]
+        return cur.fetchall()

@@ -1,0 +1,217 @@
+-- Named statements of the runner's loop (runner/ledger.py). Every time-dependent statement
+-- takes the database's clock unless a test passes one: coalesce(%(now)s::timestamptz, now()).
+
+-- name: db_now
+SELECT now() AS db_now
+
+-- name: schema_revision
+SELECT version_num FROM runner.alembic_version
+
+-- name: sync_job
+-- Upsert one job definition; the row lock it takes serialises concurrent syncs of the same
+-- job, so record_schedule (same transaction) sees the other syncer's history row.
+INSERT INTO runner.jobs AS j (
+    job_name, schedule_kind, cron, every_interval, timezone, partitions, dynamic_partitions,
+    max_attempts, version, options, paused, track_from, first_registered_at, synced_at)
+VALUES (
+    %(job_name)s, %(schedule_kind)s, %(cron)s, %(every_interval)s, %(timezone)s,
+    %(partitions)s, %(dynamic_partitions)s, %(max_attempts)s, %(version)s, %(options)s,
+    %(paused)s, coalesce(%(track_from)s, coalesce(%(now)s::timestamptz, now())),
+    coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (job_name) DO UPDATE SET
+    schedule_kind = EXCLUDED.schedule_kind,
+    cron = EXCLUDED.cron,
+    every_interval = EXCLUDED.every_interval,
+    timezone = EXCLUDED.timezone,
+    partitions = EXCLUDED.partitions,
+    dynamic_partitions = EXCLUDED.dynamic_partitions,
+    max_attempts = EXCLUDED.max_attempts,
+    version = EXCLUDED.version,
+    options = EXCLUDED.options,
+    track_from = coalesce(%(track_from)s, j.track_from),
+    synced_at = EXCLUDED.synced_at
+RETURNING job_name, paused, track_from
+
+-- name: record_schedule
+-- Append to the schedule history when the schedule differs from the one last in force.
+-- The first entry starts at the job's tracked range; later ones at the change.
+INSERT INTO runner.job_schedules (
+    job_name, valid_from, schedule_kind, cron, every_interval, timezone, partitions,
+    dynamic_partitions)
+SELECT j.job_name,
+       CASE WHEN last.valid_from IS NULL THEN j.track_from
+            ELSE greatest(coalesce(%(now)s::timestamptz, now()), last.valid_from + interval '1 microsecond')
+       END,
+       j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions, j.dynamic_partitions
+FROM runner.jobs j
+LEFT JOIN LATERAL (
+    SELECT s.* FROM runner.job_schedules s
+    WHERE s.job_name = j.job_name
+    ORDER BY s.valid_from DESC
+    LIMIT 1
+) last ON true
+WHERE j.job_name = %(job_name)s
+  AND (last.valid_from IS NULL
+       OR (last.schedule_kind, last.cron, last.every_interval, last.timezone, last.partitions,
+           last.dynamic_partitions)
+          IS DISTINCT FROM
+          (j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
+           j.dynamic_partitions))
+
+-- name: paused_jobs
+SELECT job_name FROM runner.jobs WHERE paused AND job_name = ANY(%(job_names)s::text[])
+
+-- name: claim_slots
+-- The claim: one statement for many slot x partition rows. Each row either becomes a new
+-- run owned by this process (status running, attempt 1, fence 1, an attempt row, and the
+-- session advisory lock of this connection) or conflicts with the run another process
+-- made. Rows not yet due by the database clock, and rows of paused jobs, are not inserted.
+-- Always returns at least one row (with the database clock) so the caller can tell.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT *
+    FROM unnest(%(job_names)s::text[], %(slots)s::timestamptz[], %(partition_keys)s::text[],
+                %(business_dates)s::date[], %(window_starts)s::timestamptz[],
+                %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[])
+         AS t(job_name, schedule_slot, partition_key, business_date, window_start, window_end,
+              idempotency_key)
+), claimed AS (
+    INSERT INTO runner.job_runs AS r (
+        job_name, schedule_slot, partition_key, business_date, window_start, window_end,
+        status, trigger, attempt, fence, idempotency_key, scheduled_at, started_at, updated_at)
+    SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
+           i.window_end, 'running', 'schedule', 1, 1, i.idempotency_key, c.now, c.now, c.now
+    FROM input i CROSS JOIN clock c
+    WHERE i.schedule_slot <= c.now
+      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name AND j.paused)
+    ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
+    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
+              r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
+              r.started_at
+), attempt AS (
+    INSERT INTO runner.attempts (
+        run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
+        started_at, heartbeat_at)
+    SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
+           runner.lock_key_v1(%(namespace)s, id), started_at, started_at
+    FROM claimed
+)
+SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
+       k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
+       CASE WHEN k.id IS NULL THEN NULL
+            ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
+FROM clock c LEFT JOIN claimed k ON true
+
+-- name: claim_due_runs
+-- Runs waiting for their next attempt (failed, due for a retry) or queued (pending: reruns,
+-- backfills, approvals) become running with a new attempt and a higher fence.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), due AS (
+    SELECT r.id
+    FROM runner.job_runs r CROSS JOIN clock c
+    WHERE r.status IN ('failed', 'pending')
+      AND r.next_attempt_at <= c.now
+      AND r.job_name = ANY(%(job_names)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name AND j.paused)
+    ORDER BY r.next_attempt_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), claimed AS (
+    UPDATE runner.job_runs r
+    SET status = 'running',
+        trigger = CASE WHEN r.status = 'failed' THEN 'retry' ELSE r.trigger END,
+        attempt = r.attempt + 1,
+        fence = r.fence + 1,
+        started_at = c.now,
+        next_attempt_at = NULL,
+        updated_at = c.now
+    FROM due, clock c
+    WHERE r.id = due.id
+    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
+              r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
+              r.started_at
+), attempt AS (
+    INSERT INTO runner.attempts (
+        run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
+        started_at, heartbeat_at)
+    SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
+           runner.lock_key_v1(%(namespace)s, id), started_at, started_at
+    FROM claimed
+)
+SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
+       k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
+       CASE WHEN k.id IS NULL THEN NULL
+            ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
+FROM clock c LEFT JOIN claimed k ON true
+
+-- name: finish_attempts
+-- The one place that writes attempt outcomes, for a batch of attempts. A run changes only
+-- if it is still running under the attempt's fence; an attempt whose fence is stale is
+-- closed as 'stale' and its outcome is refused. Returns, per input row, whether it landed.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), input AS (
+    SELECT *
+    FROM unnest(%(run_ids)s::bigint[], %(fences)s::bigint[], %(statuses)s::text[],
+                %(error_classes)s::text[], %(error_messages)s::text[],
+                %(retry_delays)s::float8[], %(processed)s::bigint[], %(failed)s::bigint[])
+         AS t(run_id, fence, status, error_class, error_message, retry_delay, processed,
+              failed)
+), runs AS (
+    UPDATE runner.job_runs r
+    SET status = i.status,
+        finished_at = CASE WHEN i.status = 'failed' THEN NULL ELSE c.now END,
+        next_attempt_at = CASE WHEN i.status = 'failed'
+                               THEN c.now + make_interval(secs => i.retry_delay) END,
+        last_error = CASE WHEN i.status = 'succeeded' THEN r.last_error
+                          ELSE i.error_class || ': ' || i.error_message END,
+        processed_count = coalesce(i.processed, r.processed_count),
+        failed_count = coalesce(i.failed, r.failed_count),
+        updated_at = c.now
+    FROM input i, clock c
+    WHERE r.id = i.run_id AND r.fence = i.fence AND r.status = 'running'
+    RETURNING r.id
+), attempts AS (
+    UPDATE runner.attempts a
+    SET status = CASE WHEN runs.id IS NULL THEN 'stale' ELSE i.status END,
+        finished_at = c.now,
+        error_class = i.error_class,
+        error_message = i.error_message
+    FROM input i LEFT JOIN runs ON runs.id = i.run_id, clock c
+    WHERE a.run_id = i.run_id AND a.fence = i.fence AND a.status = 'running'
+)
+SELECT i.run_id, (runs.id IS NOT NULL) AS recorded
+FROM input i LEFT JOIN runs ON runs.id = i.run_id
+
+-- name: unlock_runs
+SELECT pg_advisory_unlock(runner.lock_key_v1(%(namespace)s, run_id)) AS released
+FROM unnest(%(run_ids)s::bigint[]) AS run_id
+
+-- name: heartbeat_attempt
+-- Progress of one attempt, fence-checked: no row returned means the attempt lost its run.
+WITH run AS (
+    UPDATE runner.job_runs
+    SET processed_count = coalesce(%(processed)s, processed_count),
+        failed_count = coalesce(%(failed)s, failed_count),
+        updated_at = coalesce(%(now)s::timestamptz, now())
+    WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running'
+    RETURNING id
+)
+UPDATE runner.attempts a
+SET heartbeat_at = coalesce(%(now)s::timestamptz, now())
+FROM run
+WHERE a.run_id = run.id AND a.fence = %(fence)s AND a.status = 'running'
+RETURNING a.id
+
+-- name: register_instance
+INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version)
+VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runner_version)s)
+
+-- name: heartbeat_instance
+UPDATE runner.instances SET heartbeat_at = now() WHERE instance_id = %(instance)s
+
+-- name: stop_instance
+UPDATE runner.instances SET stopped_at = now(), heartbeat_at = now()
+WHERE instance_id = %(instance)s

@@ -1,0 +1,130 @@
+"""Test databases: real PostgreSQL, never a mock.
+
+The server is named by RUNNER_TEST_DATABASE_URL, or by the PG* environment variables
+(PGHOST, PGPORT, PGUSER, PGPASSWORD); with none of them, an embedded PostgreSQL is started
+under /tmp so that a plain ``pytest`` works on a bare machine.
+
+Two fixtures, clearly named:
+
+* ``tx`` — a connection inside a transaction that is rolled back after the test, on a shared
+  migrated database (cheap; for single-connection tests);
+* ``db_url`` — a fresh database cloned from a template migrated once per session, for tests
+  that need several connections or ``runner start`` subprocesses.
+
+The test session runs in a time zone other than UTC (TZ and PGTZ), so zone bugs can't hide.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+from pytest_postgresql import factories
+from pytest_postgresql.janitor import DatabaseJanitor
+
+# A zone with a 45-minute offset: naive/UTC confusions show up at once.
+os.environ["TZ"] = "Asia/Kathmandu"
+os.environ["PGTZ"] = "America/St_Johns"
+time.tzset()
+# Tests never fall back to a database from the developer's environment by accident.
+for _name in ("RUNNER_DATABASE_URL", "DATABASE_URL", "RUNNER_APP"):
+    os.environ.pop(_name, None)
+
+
+def _server() -> dict[str, Any]:
+    url = os.environ.get("RUNNER_TEST_DATABASE_URL")
+    if url:
+        params = conninfo_to_dict(url)
+    elif any(os.environ.get(v) for v in ("PGHOST", "PGPORT", "PGUSER")):
+        params = {
+            "host": os.environ.get("PGHOST", "127.0.0.1"),
+            "port": os.environ.get("PGPORT", "5432"),
+            "user": os.environ.get("PGUSER", "postgres"),
+            "password": os.environ.get("PGPASSWORD"),
+        }
+    else:
+        from pathlib import Path
+
+        from runner.embedded import embedded_url
+
+        home = Path(f"/tmp/runner-test-pg-{os.getuid()}")
+        params = conninfo_to_dict(embedded_url(home))
+    return {
+        "host": params.get("host") or "127.0.0.1",
+        "port": int(params.get("port") or 5432),
+        "user": params.get("user") or "postgres",
+        "password": params.get("password") or None,
+    }
+
+
+SERVER = _server()
+
+
+def url_for(dbname: str) -> str:
+    """A postgresql:// URL (libpq and SQLAlchemy both take it) for a database of SERVER."""
+    user = quote(SERVER["user"], safe="")
+    auth = f"{user}:{quote(SERVER['password'], safe='')}" if SERVER["password"] else user
+    host = SERVER["host"]
+    if host.startswith("/"):
+        return f"postgresql://{auth}@/{quote(dbname)}?host={quote(host)}&port={SERVER['port']}"
+    return f"postgresql://{auth}@{host}:{SERVER['port']}/{quote(dbname)}"
+
+
+def _migrate_template(dbname: str, **_: Any) -> None:
+    from runner import migrate
+
+    migrate.upgrade(url_for(dbname))
+
+
+postgresql_server = factories.postgresql_noproc(
+    host=SERVER["host"], port=SERVER["port"], user=SERVER["user"],
+    password=SERVER["password"], dbname="runner_test", load=[_migrate_template],
+)
+postgresql = factories.postgresql("postgresql_server")
+
+
+@pytest.fixture
+def db_url(postgresql: psycopg.Connection[Any]) -> str:
+    """A fresh database cloned from the migrated template (conninfo string)."""
+    return url_for(postgresql.info.dbname)
+
+
+@pytest.fixture(scope="session")
+def shared_db_url(postgresql_server: Any) -> Iterator[str]:
+    janitor = DatabaseJanitor(
+        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
+        dbname="runner_test_shared", template_dbname=postgresql_server.template_dbname,
+        password=SERVER["password"],
+    )
+    janitor.drop()
+    with janitor:
+        yield url_for("runner_test_shared")
+
+
+@pytest.fixture
+def tx(shared_db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction that is rolled back after the test."""
+    conn = psycopg.connect(shared_db_url, autocommit=False)
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+@pytest.fixture
+def empty_db_url() -> Iterator[str]:
+    """A fresh database with no runner schema at all."""
+    janitor = DatabaseJanitor(
+        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
+        dbname="runner_test_empty", password=SERVER["password"],
+    )
+    janitor.drop()
+    with janitor:
+        yield url_for("runner_test_empty")

@@ -1,0 +1,91 @@
+"""Helpers shared by the tests: waiting on conditions (never sleeping for an outcome),
+runs made in any state, and real ``runner start`` subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def eventually(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "") -> T:
+    """Call ``check`` until it returns a truthy value (returned) or ``timeout`` passes.
+    An AssertionError raised by ``check`` counts as not yet."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except AssertionError as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not true within {timeout}s: {message or check}") from last
+        time.sleep(interval)  # polling interval of the condition, not a wait for an outcome
+
+
+def scalar(url: str, sql: str, params: Any = None) -> Any:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+
+def rows(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def runner_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runner", *args]
+
+
+def run_cli(*args: str, url: str | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    if url is not None:
+        full_env["RUNNER_DATABASE_URL"] = url
+    return subprocess.run(runner_cmd(*args), capture_output=True, text=True, env=full_env,
+                          cwd=cwd or ROOT, timeout=timeout)
+
+
+class RunnerProcess:
+    """A real ``runner start`` subprocess."""
+
+    def __init__(self, app: str, url: str, *extra: str, env: dict[str, str] | None = None,
+                 log: Path | None = None) -> None:
+        self.log_path = log
+        self._log = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            runner_cmd("start", "--app", app, *extra),
+            env={**os.environ, "RUNNER_DATABASE_URL": url, **(env or {})},
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()  # type: ignore[union-attr]
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+    def output(self) -> str:
+        return self.log_path.read_text() if self.log_path else ""
