@@ -7,9 +7,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from runner.app import Backoff, Runner  # noqa: E402
-from runner.attempt import JobContext  # noqa: E402
-from runner.errors import JobDefinitionError, LostOwnership, Permanent  # noqa: E402
+from runner.app import Backoff, Runner
+from runner.attempt import JobContext
+from runner.errors import JobDefinitionError, LostOwnership, Permanent
 
 __all__ = [
     "Backoff",

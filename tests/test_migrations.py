@@ -91,3 +91,7 @@ def test_plain_alembic_from_repo_root(empty_db_url: str) -> None:
     assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == (
         migrate.head_revision()
     )
+
+
+def test_head_constant_matches_alembic() -> None:
+    assert migrate.alembic_head() == migrate.HEAD

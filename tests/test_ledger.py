@@ -1,0 +1,175 @@
+"""The ledger statements themselves: claims, fences, outcomes, locks (single processes,
+several connections)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import psycopg
+import pytest
+
+from runner import Runner, ledger
+from runner.ledger import Outcome, Owner, SlotClaim
+from runner.schedule import idempotency_key
+from tests.support import rows, scalar
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def make_app() -> Runner:
+    app = Runner()
+
+    @app.job("report", every="1m", partitions=["t1", "t2"])
+    def report(ctx: Any) -> None: ...
+
+    @app.job("pausable", every="1m")
+    def pausable(ctx: Any) -> None: ...
+
+    return app
+
+
+def claims(job: str, slot: datetime, partitions: list[str]) -> list[SlotClaim]:
+    start, end = slot - timedelta(minutes=1), slot
+    return [SlotClaim(job, slot, p, slot.date(), start, end, idempotency_key(job, start, end, p, "1"))
+            for p in partitions]
+
+
+@pytest.fixture
+def conns(db_url: str) -> Any:
+    a = psycopg.connect(db_url, autocommit=True)
+    b = psycopg.connect(db_url, autocommit=True)
+    ledger.sync_jobs(a, list(make_app().jobs.values()), now=T0 - timedelta(hours=1))
+    yield a, b
+    a.close()
+    b.close()
+
+
+def owner() -> Owner:
+    return Owner(uuid4(), "host", 1234, 21077)
+
+
+def test_claim_is_one_statement_and_exactly_one_process_wins(conns: Any, db_url: str) -> None:
+    a, b = conns
+    first, second = owner(), owner()
+    batch = claims("report", T0, ["t1", "t2"])
+    now, won = ledger.claim_slots(a, first, batch, now=T0 + timedelta(seconds=1))
+    assert now == T0 + timedelta(seconds=1)
+    assert sorted(r.partition_key for r in won) == ["t1", "t2"]
+    assert all(r.locked and r.fence == 1 and r.attempt == 1 and r.trigger == "schedule" for r in won)
+    _, lost = ledger.claim_slots(b, second, batch, now=T0 + timedelta(seconds=1))
+    assert lost == []
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs") == 2
+    att = rows(db_url, "SELECT owner_instance, fence, status, lock_key FROM runner.attempts")
+    assert {(a_[0], a_[1], a_[2]) for a_ in att} == {(first.instance, 1, "running")}
+    # the winner's session holds each run's advisory lock under the documented key
+    locked = rows(db_url, """
+        SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted""")
+    assert {pid for pid, _ in locked} == {a.info.backend_pid}
+    assert {key for _, key in locked} == {k for *_, k in att}
+
+
+def test_claim_refuses_slots_not_yet_due_by_database_clock(conns: Any, db_url: str) -> None:
+    a, _ = conns
+    now, won = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]),
+                                  now=T0 - timedelta(microseconds=1))
+    assert won == [] and now < T0
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs") == 0
+    _, won = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
+    assert len(won) == 1
+
+
+def test_paused_job_is_not_claimed(conns: Any, db_url: str) -> None:
+    a, _ = conns
+    a.execute("UPDATE runner.jobs SET paused = true WHERE job_name = 'pausable'")
+    _, won = ledger.claim_slots(a, owner(), claims("pausable", T0, [""]) + claims("report", T0, ["t1"]),
+                                now=T0)
+    assert [r.job_name for r in won] == ["report"]
+
+
+def test_outcome_with_stale_fence_is_refused_and_recorded(conns: Any, db_url: str) -> None:
+    a, b = conns
+    _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
+    # another attempt took the run over (fence moved on)
+    b.execute("UPDATE runner.job_runs SET fence = fence + 1 WHERE id = %s", (run.id,))
+    landed = ledger.finish_attempts(b, [Outcome(run.id, run.fence, "succeeded")])
+    assert landed == {run.id: False}
+    assert scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s", (run.id,)) == "running"
+    assert scalar(db_url, "SELECT status FROM runner.attempts WHERE run_id = %s", (run.id,)) == "stale"
+
+
+def test_outcome_with_current_fence_lands_once(conns: Any, db_url: str) -> None:
+    a, b = conns
+    _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
+    assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "succeeded", processed=7)]) == {run.id: True}
+    # a second outcome for the same attempt cannot land: the run is no longer running
+    assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "failed", "X", "late", 1.0)]) == {
+        run.id: False}
+    assert rows(db_url, "SELECT status, processed_count, finished_at IS NOT NULL FROM runner.job_runs") == [
+        ("succeeded", 7, True)]
+
+
+def test_failure_schedules_retry_and_retry_claim_bumps_fence(conns: Any, db_url: str) -> None:
+    a, b = conns
+    _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
+    ledger.finish_attempts(b, [Outcome(run.id, 1, "failed", "ValueError", "boom", 30.0)], now=T0)
+    assert rows(db_url, "SELECT status, next_attempt_at, last_error FROM runner.job_runs") == [
+        ("failed", T0 + timedelta(seconds=30), "ValueError: boom")]
+    ledger.unlock_runs(a, 21077, [run.id])
+    # just before the retry is due: nothing; just after: the next attempt, fence 2
+    _, none = ledger.claim_due_runs(b, owner(), ["report"], 10, now=T0 + timedelta(seconds=29.999))
+    assert none == []
+    _, (retry,) = ledger.claim_due_runs(b, owner(), ["report"], 10, now=T0 + timedelta(seconds=30))
+    assert (retry.id, retry.attempt, retry.fence, retry.trigger, retry.locked) == (run.id, 2, 2, "retry", True)
+    assert rows(db_url, "SELECT attempt, fence, status FROM runner.attempts ORDER BY fence") == [
+        (1, 1, "failed"), (2, 2, "running")]
+
+
+def test_heartbeat_is_fence_checked(conns: Any) -> None:
+    a, b = conns
+    _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
+    assert ledger.heartbeat_attempt(b, run.id, run.fence, processed=5, failed=None)
+    b.execute("UPDATE runner.job_runs SET fence = fence + 1 WHERE id = %s", (run.id,))
+    assert not ledger.heartbeat_attempt(b, run.id, run.fence, processed=6, failed=None)
+
+
+def test_unlock_releases_the_session_lock(conns: Any, db_url: str) -> None:
+    a, _ = conns
+    _, won = ledger.claim_slots(a, owner(), claims("report", T0, ["t1", "t2"]), now=T0)
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 2
+    ledger.unlock_runs(a, 21077, [r.id for r in won])
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+
+
+def test_sync_records_schedule_history_only_on_change(conns: Any, db_url: str) -> None:
+    a, _ = conns
+    app = make_app()
+    ledger.sync_jobs(a, list(app.jobs.values()), now=T0)  # unchanged: no new history row
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_schedules WHERE job_name = 'report'") == 1
+    changed = Runner()
+
+    @changed.job("report", every="5m", partitions=["t1", "t2"])
+    def report(ctx: Any) -> None: ...
+
+    ledger.sync_jobs(a, list(changed.jobs.values()), now=T0)
+    hist = rows(db_url, "SELECT valid_from, every_interval FROM runner.job_schedules"
+                        " WHERE job_name = 'report' ORDER BY valid_from")
+    assert hist == [(T0 - timedelta(hours=1), timedelta(minutes=1)), (T0, timedelta(minutes=5))]
+    assert scalar(db_url, "SELECT track_from FROM runner.jobs WHERE job_name = 'report'") == (
+        T0 - timedelta(hours=1))
+
+
+def test_names_and_partitions_with_any_characters(conns: Any, db_url: str) -> None:
+    a, _ = conns
+    weird = Runner()
+    name = "q'uote\"s; DROP TABLE x; -- 한국어 " + "x" * 100
+
+    @weird.job(name, every="1m", partitions=["'; --", "☃", "a" * 10000])
+    def h(ctx: Any) -> None: ...
+
+    ledger.sync_jobs(a, list(weird.jobs.values()), now=T0)
+    _, won = ledger.claim_slots(a, owner(), claims(name, T0, ["'; --", "☃", "a" * 10000]), now=T0)
+    assert sorted(r.partition_key for r in won) == sorted(["'; --", "☃", "a" * 10000])
+    assert scalar(db_url, "SELECT job_name FROM runner.jobs WHERE job_name = %s", (name,)) == name

@@ -1,0 +1,181 @@
+"""One runner process in-process: what a handler sees, and what its outcome writes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from runner import JobContext, LostOwnership, Permanent, Runner
+from runner.loop import LoopConfig, Worker
+from runner.schedule import idempotency_key
+from tests.support import eventually, rows, scalar
+
+FAST = {"base": "10ms", "jitter": 0}
+
+
+@contextmanager
+def running(app: Runner, url: str, **config: Any) -> Iterator[Worker]:
+    worker = Worker(app, url, LoopConfig(**{"workers": 4, "poll_interval": 0.05, **config}))
+    worker.start()
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def test_context_carries_the_run(db_url: str) -> None:
+    app = Runner()
+    seen: list[dict[str, Any]] = []
+
+    @app.job("ctx", every="1s", timezone="Asia/Seoul", partitions=["p1"], version="7")
+    def handler(ctx: JobContext) -> None:
+        seen.append({k: getattr(ctx, k) for k in (
+            "slot", "window_start", "window_end", "business_date", "partition", "idempotency_key",
+            "fence", "attempt", "trigger")})
+
+    with running(app, db_url):
+        eventually(lambda: seen, message="a run")
+    s = seen[0]
+    assert s["slot"].utcoffset() == timedelta(0)
+    assert s["window_end"] == s["slot"] and s["window_start"] == s["slot"] - timedelta(seconds=1)
+    # business date is the local (Seoul) date of the window start
+    assert s["business_date"] == (s["window_start"] + timedelta(hours=9)).date()
+    assert s["partition"] == "p1"
+    assert s["idempotency_key"] == idempotency_key("ctx", s["window_start"], s["window_end"], "p1", "7")
+    assert (s["fence"], s["attempt"], s["trigger"]) == (1, 1, "schedule")
+    assert rows(db_url, "SELECT status, idempotency_key FROM runner.job_runs"
+                        " WHERE schedule_slot = %s", (s["slot"],)) == [("succeeded", s["idempotency_key"])]
+
+
+def test_ctx_db_commits_with_success_and_rolls_back_on_failure(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE sink (slot timestamptz, attempt int)")
+    app = Runner()
+
+    @app.job("writes", every="1s", max_attempts=2, backoff=FAST)
+    def handler(ctx: JobContext) -> None:
+        ctx.db.execute("INSERT INTO sink VALUES (%s, %s)", (ctx.slot, ctx.attempt))
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails after writing")
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"
+                                          " AND attempt = 2") >= 1, message="a retried success")
+    slot = scalar(db_url, "SELECT min(schedule_slot) FROM runner.job_runs WHERE status = 'succeeded'")
+    # the first attempt's write was rolled back; the second's committed with the success
+    assert rows(db_url, "SELECT attempt FROM sink WHERE slot = %s", (slot,)) == [(2,)]
+    run_id = scalar(db_url, "SELECT id FROM runner.job_runs WHERE schedule_slot = %s", (slot,))
+    assert rows(db_url, "SELECT attempt, fence, status, error_class, error_message, trigger"
+                        " FROM runner.attempts WHERE run_id = %s ORDER BY attempt", (run_id,)) == [
+        (1, 1, "failed", "RuntimeError", "first attempt fails after writing", "schedule"),
+        (2, 2, "succeeded", None, None, "retry"),
+    ]
+
+
+def test_retries_exhausted_go_dead(db_url: str) -> None:
+    app = Runner()
+
+    @app.job("always-fails", every="1s", max_attempts=3, backoff=FAST)
+    def handler(ctx: JobContext) -> None:
+        raise ValueError(f"attempt {ctx.attempt}")
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'"),
+                   message="a dead run")
+    run_id, attempt, error = rows(db_url, "SELECT id, attempt, last_error FROM runner.job_runs"
+                                          " WHERE status = 'dead' ORDER BY id LIMIT 1")[0]
+    assert (attempt, error) == (3, "ValueError: attempt 3")
+    assert [r[0] for r in rows(db_url, "SELECT status FROM runner.attempts WHERE run_id = %s"
+                                       " ORDER BY attempt", (run_id,))] == ["failed", "failed", "dead"]
+
+
+class Unauthorized(Exception):
+    pass
+
+
+def test_permanent_errors_are_never_retried(db_url: str) -> None:
+    app = Runner()
+
+    @app.job("bad-input", every="1s", max_attempts=5, backoff=FAST, partitions=["a", "b"],
+             permanent=[Unauthorized])
+    def handler(ctx: JobContext) -> None:
+        raise Permanent("invalid input") if ctx.partition == "a" else Unauthorized("no token")
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'") >= 2)
+    assert set(rows(db_url, "SELECT partition_key, attempt, last_error FROM runner.job_runs"
+                            " WHERE status = 'dead'")) >= {
+        ("a", 1, "runner.errors.Permanent: invalid input"),
+        ("b", 1, "tests.test_worker.Unauthorized: no token"),
+    }
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() raises")
+
+
+def test_hostile_errors_are_stored_safely(db_url: str) -> None:
+    app = Runner()
+    errors = {"huge": ValueError("x" * 1_000_000), "nul": ValueError("a\x00b\udcff"),
+              "unprintable": Unprintable()}
+
+    @app.job("hostile", every="1s", max_attempts=1, partitions=list(errors))
+    def handler(ctx: JobContext) -> object:
+        raise errors[ctx.partition]
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'") >= 3)
+    stored = dict(rows(db_url, "SELECT r.partition_key, a.error_message FROM runner.attempts a"
+                               " JOIN runner.job_runs r ON r.id = a.run_id WHERE a.status = 'dead'"))
+    assert len(stored["huge"]) <= 4000 and stored["huge"].startswith("xxx")
+    assert stored["nul"].startswith("a\\x00b")
+    assert "Unprintable" in stored["unprintable"]
+
+
+def test_lost_ownership_rolls_back_and_closes_attempt_as_stale(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE sink (slot timestamptz)")
+    app = Runner()
+    raised: list[BaseException] = []
+    done = threading.Event()
+
+    @app.job("fenced", every="1h")
+    def handler(ctx: JobContext) -> None:
+        ctx.db.execute("INSERT INTO sink VALUES (%s)", (ctx.slot,))
+        with psycopg.connect(db_url, autocommit=True) as other:  # someone takes the run over
+            other.execute("UPDATE runner.job_runs SET fence = fence + 1 WHERE id = %s", (ctx.run_id,))
+        try:
+            ctx.heartbeat(processed=1)
+        except LostOwnership as exc:
+            raised.append(exc)
+            done.set()
+            raise
+
+    with running(app, db_url):
+        eventually(done.is_set)
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.attempts") == "stale")
+    assert raised
+    assert scalar(db_url, "SELECT count(*) FROM sink") == 0
+    # the stale attempt could not record its failure: the run keeps the new owner's fence
+    assert rows(db_url, "SELECT status, fence FROM runner.job_runs") == [("running", 2)]
+
+
+def test_handler_return_value_is_ignored(db_url: str) -> None:
+    app = Runner()
+
+    @app.job("returns", every="1s")
+    def handler(ctx: JobContext) -> object:
+        return {"not": "none"}
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"))
