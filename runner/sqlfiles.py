@@ -22,6 +22,11 @@ def sql_dir() -> Path:
     return Path(str(resources.files("runner._sql")))
 
 
+def has_statements(text: str) -> bool:
+    """Whether SQL text holds anything beyond comments and blank lines."""
+    return any(line.strip() and not line.strip().startswith("--") for line in text.splitlines())
+
+
 def read_sql(relative: str) -> str:
     """The text of one SQL file, e.g. ``read_sql("views/missing_slots.sql")``."""
     return (sql_dir() / relative).read_text(encoding="utf-8")

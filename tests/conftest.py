@@ -11,6 +11,7 @@ Two fixtures, clearly named:
 * ``db_url`` — a fresh database cloned from a template migrated once per session, for tests
   that need several connections or ``runner start`` subprocesses.
 
+Database names carry the pytest process id, so several test sessions can share a server.
 The test session runs in a time zone other than UTC (TZ and PGTZ), so zone bugs can't hide.
 """
 
@@ -84,7 +85,7 @@ def _migrate_template(dbname: str, **_: Any) -> None:
 
 postgresql_server = factories.postgresql_noproc(
     host=SERVER["host"], port=SERVER["port"], user=SERVER["user"],
-    password=SERVER["password"], dbname="runner_test", load=[_migrate_template],
+    password=SERVER["password"], dbname=f"runner_test_{os.getpid()}", load=[_migrate_template],
 )
 postgresql = factories.postgresql("postgresql_server")
 
@@ -99,12 +100,12 @@ def db_url(postgresql: psycopg.Connection[Any]) -> str:
 def shared_db_url(postgresql_server: Any) -> Iterator[str]:
     janitor = DatabaseJanitor(
         user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
-        dbname="runner_test_shared", template_dbname=postgresql_server.template_dbname,
+        dbname=f"runner_test_shared_{os.getpid()}", template_dbname=postgresql_server.template_dbname,
         password=SERVER["password"],
     )
     janitor.drop()
     with janitor:
-        yield url_for("runner_test_shared")
+        yield url_for(f"runner_test_shared_{os.getpid()}")
 
 
 @pytest.fixture
@@ -123,8 +124,8 @@ def empty_db_url() -> Iterator[str]:
     """A fresh database with no runner schema at all."""
     janitor = DatabaseJanitor(
         user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
-        dbname="runner_test_empty", password=SERVER["password"],
+        dbname=f"runner_test_empty_{os.getpid()}", password=SERVER["password"],
     )
     janitor.drop()
     with janitor:
-        yield url_for("runner_test_empty")
+        yield url_for(f"runner_test_empty_{os.getpid()}")

@@ -1,0 +1,33 @@
+"""Faults: takeover, leases, timeouts, overlap, the effect log.
+
+Revision ID: 0002_faults
+Revises: 0001_foundation
+Create Date: 2026-11-29
+"""
+
+from alembic import op
+
+from runner.sqlfiles import has_statements, read_sql
+
+revision = "0002_faults"
+down_revision = "0001_foundation"
+branch_labels = None
+depends_on = None
+
+# applied in this order on upgrade; tables first, then functions and views that use them
+UPGRADE = ["revisions/0002_faults.sql"]
+DOWNGRADE = ["revisions/0002_faults.down.sql"]
+
+
+def upgrade() -> None:
+    for name in UPGRADE:
+        sql = read_sql(name)
+        if has_statements(sql):
+            op.execute(sql)
+
+
+def downgrade() -> None:
+    for name in DOWNGRADE:
+        sql = read_sql(name)
+        if has_statements(sql):
+            op.execute(sql)

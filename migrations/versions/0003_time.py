@@ -1,0 +1,33 @@
+"""Time: misfire decisions, the gap-scan view, backfills, approvals.
+
+Revision ID: 0003_time
+Revises: 0002_faults
+Create Date: 2026-11-29
+"""
+
+from alembic import op
+
+from runner.sqlfiles import has_statements, read_sql
+
+revision = "0003_time"
+down_revision = "0002_faults"
+branch_labels = None
+depends_on = None
+
+# applied in this order on upgrade; tables first, then functions and views that use them
+UPGRADE = ["revisions/0003_time.sql"]
+DOWNGRADE = ["revisions/0003_time.down.sql"]
+
+
+def upgrade() -> None:
+    for name in UPGRADE:
+        sql = read_sql(name)
+        if has_statements(sql):
+            op.execute(sql)
+
+
+def downgrade() -> None:
+    for name in DOWNGRADE:
+        sql = read_sql(name)
+        if has_statements(sql):
+            op.execute(sql)

@@ -1,0 +1,33 @@
+"""Operators: requests audit, job health and alerts views, roles.
+
+Revision ID: 0004_operators
+Revises: 0003_time
+Create Date: 2026-11-29
+"""
+
+from alembic import op
+
+from runner.sqlfiles import has_statements, read_sql
+
+revision = "0004_operators"
+down_revision = "0003_time"
+branch_labels = None
+depends_on = None
+
+# applied in this order on upgrade; tables first, then functions and views that use them
+UPGRADE = ["revisions/0004_operators.sql"]
+DOWNGRADE = ["revisions/0004_operators.down.sql"]
+
+
+def upgrade() -> None:
+    for name in UPGRADE:
+        sql = read_sql(name)
+        if has_statements(sql):
+            op.execute(sql)
+
+
+def downgrade() -> None:
+    for name in DOWNGRADE:
+        sql = read_sql(name)
+        if has_statements(sql):
+            op.execute(sql)

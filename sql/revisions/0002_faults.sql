@@ -1,0 +1,1 @@
+-- Revision 0002_faults: Faults: takeover, leases, timeouts, overlap, the effect log.

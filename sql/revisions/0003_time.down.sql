@@ -1,0 +1,1 @@
+-- Undo revision 0003_time.

@@ -1,0 +1,1 @@
+-- Revision 0003_time: Time: misfire decisions, the gap-scan view, backfills, approvals.

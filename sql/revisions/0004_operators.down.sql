@@ -1,0 +1,1 @@
+-- Undo revision 0004_operators.

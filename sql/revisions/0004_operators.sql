@@ -1,0 +1,1 @@
+-- Revision 0004_operators: Operators: requests audit, job health and alerts views, roles.
