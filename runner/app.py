@@ -56,6 +56,8 @@ class JobDef:
     owner: str | None
     paused: bool
     track_from: datetime | None
+    timeout: timedelta | None = None
+    lease: timedelta = timedelta(seconds=60)
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -161,6 +163,8 @@ class Runner:
         owner: str | None = None,
         paused: bool = False,
         track_from: datetime | None = None,
+        timeout: str | int | float | timedelta | None = None,
+        lease: str | int | float | timedelta = "60s",
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of job ``name``."""
         job = self._define(
@@ -176,6 +180,8 @@ class Runner:
             owner=owner,
             paused=paused,
             track_from=track_from,
+            timeout=timeout,
+            lease=lease,
         )
 
         def register(handler: Handler) -> Handler:
@@ -227,8 +233,16 @@ class Runner:
         track_from = kw["track_from"]
         if track_from is not None and (not isinstance(track_from, datetime) or track_from.tzinfo is None):
             raise JobDefinitionError(job, "track_from", "must be an aware datetime")
+        timeout = None
+        if kw["timeout"] is not None:
+            timeout = _interval_of(job, "timeout", kw["timeout"])
+        lease = _interval_of(job, "lease", kw["lease"])
+        if lease < timedelta(seconds=1):
+            raise JobDefinitionError(job, "lease", "must be at least 1s")
         return JobDef(
             name=job,
+            timeout=timeout,
+            lease=lease,
             handler=_no_handler,
             schedule=schedule,
             partitions=partitions,
@@ -240,6 +254,13 @@ class Runner:
             paused=bool(kw["paused"]),
             track_from=track_from,
         )
+
+
+def _interval_of(job: str, field_name: str, value: object) -> timedelta:
+    try:
+        return parse_interval(value, field=field_name)  # type: ignore[arg-type]
+    except ScheduleError as exc:
+        raise JobDefinitionError(job, field_name, str(exc)) from None
 
 
 def _no_handler(ctx: JobContext) -> None:  # placeholder until the decorator receives it

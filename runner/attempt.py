@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from runner import ledger
 from runner.app import JobDef
-from runner.errors import LostOwnership
+from runner.errors import AttemptTimedOut, LostOwnership
 from runner.ledger import ClaimedRun, Outcome
 
 log = logging.getLogger("runner.attempt")
@@ -37,6 +37,7 @@ class JobContext:
         self._job = job
         self._pool = pool
         self._conn: psycopg.Connection[Any] | None = None
+        self._cancelled: str | None = None
         self.processed: int | None = None
         self.failed: int | None = None
 
@@ -89,8 +90,17 @@ class JobContext:
             self._conn = conn
         return self._conn
 
+    def effect(self, key: str, *args: Any, **kwargs: Any) -> Any:
+        """A side effect recorded under ``key`` in runner.effects (see runner/effects.py)."""
+        from runner.effects import run_effect
+
+        return run_effect(self, key, *args, **kwargs)
+
     def heartbeat(self, processed: int | None = None, failed: int | None = None) -> None:
-        """Report progress. Raises LostOwnership if this attempt no longer owns its run."""
+        """Report progress. Raises LostOwnership if this attempt no longer owns its run, and
+        AttemptTimedOut once the runner gave up on it (its job's timeout passed)."""
+        if self._cancelled:
+            raise AttemptTimedOut(self._cancelled)
         if processed is not None:
             self.processed = processed
         if failed is not None:
@@ -102,6 +112,17 @@ class JobContext:
                 f"run {self._run.id} is no longer owned by attempt {self._run.attempt} "
                 f"(fence {self._run.fence})"
             )
+
+    def cancel(self, reason: str) -> None:
+        """Ask the handler to stop (called by the runner from another thread): the next
+        ``heartbeat()`` raises, and a statement running on ``ctx.db`` is cancelled."""
+        self._cancelled = reason
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.cancel_safe(timeout=2.0)
+            except Exception as exc:  # the connection may be closing meanwhile
+                log.debug("run %s: cancelling ctx.db failed: %s", self._run.id, exc)
 
     def _release(self, commit: bool) -> None:
         conn, self._conn = self._conn, None
@@ -146,7 +167,7 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: JobContext | 
     """The outcome of an attempt that raised: dead when permanent or out of attempts, else
     failed with the next attempt's delay from the job's backoff."""
     error_class, message = error_text(exc)
-    dead = job.is_permanent(exc) or run.attempt >= job.max_attempts
+    dead = job.is_permanent(exc) or run.counted_attempts >= job.max_attempts
     return Outcome(
         run_id=run.id,
         fence=run.fence,
@@ -159,10 +180,11 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: JobContext | 
     )
 
 
-def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any]) -> Outcome | None:
+def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
+            ctx: JobContext | None = None) -> Outcome | None:
     """Run the handler for one claimed run. Returns the outcome for the caller to record in
     a batch, or None when it was already recorded in the handler's own transaction."""
-    ctx = JobContext(run, job, pool)
+    ctx = ctx or JobContext(run, job, pool)
     try:
         result = job.handler(ctx)
     except Exception as exc:

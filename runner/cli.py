@@ -204,7 +204,10 @@ def start(
     app_spec: AppOpt = None,
     database_url: DbOpt = None,
     workers: Annotated[int, typer.Option(min=1, max=1000, help="handler threads")] = 10,
-    poll_interval: Annotated[float, typer.Option(min=0.01, help="seconds between polls for retries")] = 1.0,
+    poll_interval: Annotated[float, typer.Option(
+        min=0.01, help="seconds between polls for retries, queued runs and takeovers")] = 1.0,
+    grace: Annotated[float, typer.Option(
+        min=0, help="seconds running handlers get at shutdown before their runs are handed over")] = 30.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
@@ -224,7 +227,7 @@ def start(
         namespace = lock_namespace()
         choice, conn = _open_ledger(database_url)
         conn.close()
-        worker = Worker(runner_app, choice.url, LoopConfig(workers=workers, poll_interval=poll_interval),
+        worker = Worker(runner_app, choice.url, LoopConfig(workers=workers, poll_interval=poll_interval, grace=grace),
                         namespace=namespace)
         worker.start()
 

@@ -21,3 +21,14 @@ class LostOwnership(Exception):
     """The attempt no longer owns its run (a newer fence exists, or the run was finished by
     someone else). Raised by ``ctx.heartbeat()`` so the handler stops; nothing it wrote
     through ``ctx.db`` is committed."""
+
+
+class UnresolvedEffect(Permanent):
+    """A side effect of an earlier attempt is in an unknown state and could not be resolved
+    by the handler's check: sending again could repeat it, so the run goes to ``dead`` for a
+    human to decide."""
+
+
+class AttemptTimedOut(Exception):
+    """The attempt ran longer than its job's ``timeout``. Raised by ``ctx.heartbeat()`` once
+    the runner has given up on the attempt; the handler should stop."""

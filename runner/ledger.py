@@ -22,6 +22,7 @@ from runner.app import JobDef
 from runner.sqlfiles import queries
 
 Q = queries("ledger")
+TQ = queries("takeover")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,14 @@ class ClaimedRun:
     attempt: int
     fence: int
     idempotency_key: str
+    uncounted_attempts: int
     locked: bool
+
+    @property
+    def counted_attempts(self) -> int:
+        """Attempts that count against the job's max_attempts (not the ones released at
+        shutdown or preceding a manual rerun)."""
+        return self.attempt - self.uncounted_attempts
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,8 @@ class Outcome:
 
     run_id: int
     fence: int
-    status: str  # succeeded | failed | dead
+    status: str  # succeeded | failed | dead | released
+    attempt_status: str | None = None  # when it differs from status: timed_out, released
     error_class: str | None = None
     error_message: str | None = None
     retry_delay: float | None = None  # seconds, for status 'failed'
@@ -108,6 +117,8 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef], now: dateti
                     "jitter": job.backoff.jitter,
                 },
                 "permanent": [f"{t.__module__}.{t.__qualname__}" for t in job.permanent],
+                "lease_seconds": job.lease.total_seconds(),
+                "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
             }
             params = {
                 "job_name": job.name,
@@ -183,6 +194,7 @@ def finish_attempts(
         "run_ids": [o.run_id for o in outcomes],
         "fences": [o.fence for o in outcomes],
         "statuses": [o.status for o in outcomes],
+        "attempt_statuses": [o.attempt_status for o in outcomes],
         "error_classes": [o.error_class for o in outcomes],
         "error_messages": [o.error_message for o in outcomes],
         "retry_delays": [o.retry_delay for o in outcomes],
@@ -208,6 +220,24 @@ def heartbeat_attempt(
     return row is not None
 
 
+def heartbeat_attempts(conn: psycopg.Connection[Any], owner: Owner, run_ids: Sequence[int]) -> None:
+    """One liveness beat for every attempt this process is running."""
+    if run_ids:
+        conn.execute(Q["heartbeat_attempts"], {"instance": owner.instance, "run_ids": list(run_ids),
+                                               "now": None})
+
+
+def relock_runs(conn: psycopg.Connection[Any], namespace: int,
+                runs: Sequence[tuple[int, int]]) -> set[int]:
+    """Lock again, on a new lock session, the runs (id, fence) still owned; returns those."""
+    if not runs:
+        return set()
+    rows = conn.execute(TQ["relock_runs"], {
+        "namespace": namespace, "run_ids": [r[0] for r in runs], "fences": [r[1] for r in runs],
+    }).fetchall()
+    return {r[0] for r in rows}
+
+
 def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str) -> None:
     conn.execute(Q["register_instance"], {**owner.params(), "runner_version": runner_version})
 
@@ -218,6 +248,34 @@ def heartbeat_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:
 
 def stop_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:
     conn.execute(Q["stop_instance"], {"instance": owner.instance})
+
+
+@dataclass(frozen=True)
+class HungOwner:
+    holder_pid: int
+    run_id: int
+    heartbeat_at: datetime
+    terminated: bool
+
+
+def end_hung_owners(conn: psycopg.Connection[Any], job_names: Sequence[str], default_lease: float,
+                    now: datetime | None = None) -> list[HungOwner]:
+    rows = conn.execute(TQ["end_hung_owners"], {
+        "job_names": list(job_names), "default_lease": default_lease, "now": now}).fetchall()
+    return [HungOwner(r[0], r[1], _utc(r[2]), bool(r[3])) for r in rows]
+
+
+def take_over_orphans(
+    conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
+    now: datetime | None = None,
+) -> tuple[list[ClaimedRun], list[int]]:
+    """Take over running runs whose lock nobody holds. Returns the runs taken, and the ids
+    locked but not taken (their locks must be released by the caller)."""
+    rows = conn.execute(TQ["take_over_orphans"], {
+        **owner.params(), "job_names": list(job_names), "limit": limit, "now": now}).fetchall()
+    taken = [ClaimedRun(*map(_utc, row[2:])) for row in rows if row[2] is not None]
+    spare = [row[1] for row in rows if row[1] is not None and row[2] is None]
+    return taken, spare
 
 
 def dict_rows(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,10 +1,12 @@
-"""The tick: due slots -> one claim statement -> a bounded worker pool -> batched outcomes.
+"""The tick: due slots -> one claim statement -> a bounded handler pool -> batched outcomes.
 
 One ``Worker`` per ``runner start`` process. Its threads and connections:
 
 * the loop thread owns the *lock connection*: a long-lived session (autocommit) that issues
   the claims, so every run this process wins is locked by ``pg_try_advisory_lock`` in the
-  claim statement itself, on the session that will hold it for the run's whole attempt;
+  claim statement itself, on the session that holds it for the run's whole attempt. The
+  loop also beats for all running attempts (one statement), takes over runs whose owner is
+  gone (runner/takeover.py), and starts due retries and queued runs;
 * ``workers`` handler threads; a handler that touches ``ctx.db`` borrows a connection from a
   pool of at most ``workers`` connections for its transaction;
 * one completer thread with its own connection, which records finished attempts in batches
@@ -12,11 +14,22 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
 
 So a process holds at most ``workers + 2`` connections, however many runs it executes.
 
-The loop sleeps until the next slot of any job or the poll interval (for retries and queued
-runs), whichever is sooner; it wakes at once when a handler finishes and work is waiting.
-Slot instants are compared with the database clock (an offset measured at start and
-refreshed), and the claim statement itself refuses slots that the database does not yet
-consider due, so several runners on machines with skewed clocks agree.
+The loop sleeps until the next slot of any job or the poll interval, whichever is sooner,
+and wakes at once when a handler finishes while work is waiting. Slot instants are compared
+with the database clock (an offset measured at start and refreshed every minute), and the
+claim statement itself refuses slots the database does not yet consider due, so runners on
+machines with skewed clocks agree.
+
+Timeouts: a handler running longer than its job's ``timeout`` is given up: its attempt is
+recorded as ``timed_out`` (the run fails and retries, or goes dead), ``ctx.heartbeat()``
+raises ``AttemptTimedOut`` and a statement running on ``ctx.db`` is cancelled. Python cannot
+kill a thread: a handler that ignores both keeps its thread until it returns, but the pool
+starts a replacement thread, and whatever the late handler tries to record is refused.
+
+Shutdown (SIGTERM/SIGINT): stop claiming, wait up to ``grace`` seconds for running handlers,
+then *release* the runs still running: each goes back to ``pending`` (trigger ``recovery``,
+the attempt not counted against ``max_attempts``) and its lock is dropped, so another process
+starts it at once.
 
 Until misfire policies exist, a starting runner begins with each job's latest slot at or
 before now; older slots missed while no runner was alive are left for the gap scan.
@@ -31,9 +44,8 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
@@ -41,9 +53,10 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, ledger
+from runner import __version__, ledger, takeover
 from runner.app import JobDef, Runner
-from runner.attempt import error_text, execute
+from runner.attempt import JobContext, error_text, execute, failure
+from runner.errors import AttemptTimedOut
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
 from runner.schedule import idempotency_key
 
@@ -54,10 +67,11 @@ log = logging.getLogger("runner.loop")
 class LoopConfig:
     workers: int = 10
     max_inflight: int = 0  # runs claimed and not yet finished; 0 means 2 x workers
-    poll_interval: float = 1.0  # seconds between polls for retries and queued runs
+    poll_interval: float = 1.0  # seconds between polls for retries, queued runs, takeovers
     claim_batch: int = 500  # rows per claim statement at most
     finish_batch: int = 500  # outcomes per finish statement at most
     instance_heartbeat: float = 5.0
+    grace: float = 30.0  # seconds running handlers get at shutdown before their runs are released
 
     @property
     def inflight_cap(self) -> int:
@@ -70,8 +84,62 @@ def connect(url: str, **kw: Any) -> psycopg.Connection[Any]:
     return conn
 
 
+class HandlerPool:
+    """A fixed number of handler threads; ``compensate()`` adds a thread for one stuck in a
+    handler the runner gave up on, and the next thread to finish a task retires."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self._lock = threading.Lock()
+        self._surplus = 0
+        self._threads = 0
+        for _ in range(size):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self._threads += 1
+        threading.Thread(target=self._work, name="runner-handler", daemon=True).start()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self._queue.put((fn, args))
+
+    def compensate(self) -> None:
+        with self._lock:
+            self._surplus += 1
+            self._spawn()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for _ in range(self._threads):
+                self._queue.put(None)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            fn(*args)
+            with self._lock:
+                if self._surplus > 0:
+                    self._surplus -= 1
+                    self._threads -= 1
+                    return
+
+
+@dataclass
+class Active:
+    """A run this process is executing."""
+
+    run: ClaimedRun
+    ctx: JobContext
+    deadline: float | None  # monotonic
+    started: float = field(default_factory=time.monotonic)
+
+
 class Worker:
-    """One runner process's scheduling loop, workers and completer."""
+    """One runner process's scheduling loop, handler pool and completer."""
 
     def __init__(self, app: Runner, url: str, config: LoopConfig | None = None,
                  namespace: int = 21077) -> None:
@@ -84,18 +152,24 @@ class Worker:
         self._wake = threading.Event()
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._pool: ConnectionPool[Any] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._handlers: HandlerPool | None = None
         self._finished: queue.Queue[tuple[ClaimedRun, Outcome | None] | None] = queue.Queue()
         self._completer: threading.Thread | None = None
+        self._active: dict[int, Active] = {}
+        self._active_lock = threading.Lock()
         self._inflight = 0
-        self._inflight_lock = threading.Lock()
         self._pending: deque[SlotClaim] = deque()
         self._next_slot: dict[str, datetime] = {}
         self._offset = 0.0  # database clock minus local clock, seconds
         self._next_poll = 0.0
+        self._next_beat = 0.0
         self._next_instance_beat = 0.0
+        self._next_clock_check = 0.0
         self._rng = random.Random()
-        self.stats = {"claimed": 0, "conflicts": 0, "succeeded": 0, "failed": 0, "stale": 0}
+        leases = [j.lease.total_seconds() for j in self.jobs.values()] or [60.0]
+        self._beat_every = min(max(min(leases) / 3, 0.5), 10.0)
+        self.stats = {"claimed": 0, "conflicts": 0, "succeeded": 0, "failed": 0, "stale": 0,
+                      "recovered": 0, "timed_out": 0, "released": 0}
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -109,7 +183,7 @@ class Worker:
             self.url, min_size=0, max_size=self.config.workers, open=True,
             kwargs={"autocommit": True, "application_name": "runner-worker"},
         )
-        self._executor = ThreadPoolExecutor(self.config.workers, thread_name_prefix="runner-handler")
+        self._handlers = HandlerPool(self.config.workers)
         self._completer = threading.Thread(target=self._complete_forever, name="runner-completer",
                                            daemon=True)
         self._completer.start()
@@ -121,12 +195,20 @@ class Worker:
                  self.owner.pid, len(self.jobs), self.config.workers, self.owner.instance)
 
     def run(self) -> None:
-        """Run until ``stop()``; then stop claiming, let running handlers finish, and close."""
+        """Run until ``stop()``; then shut down (see module docstring)."""
         if self._lock_conn is None:
             self.start()
         try:
             while not self._stop.is_set():
-                delay = self.tick()
+                try:
+                    delay = self.tick()
+                except psycopg.OperationalError as exc:
+                    log.warning("database connection lost (%s); reconnecting", _first_line(exc))
+                    self._reconnect()
+                    continue
+                except Exception:
+                    log.exception("unexpected error in the loop; continuing in 1 s")
+                    delay = 1.0
                 if delay > 0:
                     self._wake.wait(delay)
                     self._wake.clear()
@@ -138,20 +220,35 @@ class Worker:
         self._wake.set()
 
     def shutdown(self) -> None:
-        """Stop claiming; wait for running handlers; record their outcomes; release locks."""
+        """Stop claiming; give running handlers ``grace`` seconds; release what still runs;
+        record outcomes; release locks; deregister."""
         self._stop.set()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        deadline = time.monotonic() + self.config.grace
+        while self._active and time.monotonic() < deadline:
+            self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
+            self._wake.clear()
+            self._enforce_timeouts()
+        for active in self._take_all_active():
+            active.ctx.cancel("the runner is shutting down")
+            self.stats["released"] += 1
+            log.warning("run %s: still running after the %.0fs grace: released for another "
+                        "process", active.run.id, self.config.grace)
+            self._finished.put((active.run, Outcome(active.run.id, active.run.fence, "released",
+                                                    attempt_status="released")))
+        if self._handlers is not None:
+            self._handlers.shutdown()
         if self._completer is not None:
             self._finished.put(None)
             self._completer.join()
         if self._lock_conn is not None and not self._lock_conn.closed:
             try:
                 ledger.stop_instance(self._lock_conn, self.owner)
+            except psycopg.Error as exc:
+                log.warning("could not deregister: %s", _first_line(exc))
             finally:
                 self._lock_conn.close()
         if self._pool is not None:
-            self._pool.close()
+            self._pool.close(timeout=1.0)
         log.info("runner %s stopped: %s", self.owner.pid, self.stats)
 
     # -- the tick ---------------------------------------------------------------------
@@ -161,21 +258,37 @@ class Worker:
         return datetime.fromtimestamp(time.time() + self._offset, UTC)
 
     def tick(self) -> float:
-        """One pass: fan out due slots, claim what capacity allows, start handlers. Returns
-        how long the loop may sleep before the next pass."""
-        now = self.now()
-        self._fan_out(now)
-        free = self.config.inflight_cap - self._inflight
-        if free > 0 and self._pending:
-            free -= self.claim(min(free, self.config.claim_batch))
+        """One pass: give up overdue handlers, fan out due slots, claim what capacity allows,
+        take over orphaned runs, start due retries, beat. Returns how long the loop may sleep."""
+        self._enforce_timeouts()
+        self._fan_out(self.now())
+        if self._free() > 0 and self._pending:
+            self.claim(min(self._free(), self.config.claim_batch))
         mono = time.monotonic()
-        if free > 0 and mono >= self._next_poll:
+        if mono >= self._next_poll:
             self._next_poll = mono + self.config.poll_interval
-            self._start(self._claim_due(free))
+            result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
+                                       default_lease=60.0)
+            self.stats["recovered"] += len(result.taken)
+            self._start(result.taken)
+            if self._free() > 0:
+                _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
+                self._start(runs)
+        if mono >= self._next_beat:
+            self._next_beat = mono + self._beat_every
+            with self._active_lock:
+                ids = list(self._active)
+            ledger.heartbeat_attempts(self._conn(), self.owner, ids)
         if mono >= self._next_instance_beat:
             self._next_instance_beat = mono + self.config.instance_heartbeat
             ledger.heartbeat_instance(self._conn(), self.owner)
+        if mono >= self._next_clock_check:
+            self._next_clock_check = mono + 60.0
+            self._measure_offset()
         return self._sleep_for(self.now())
+
+    def _free(self) -> int:
+        return self.config.inflight_cap - self._inflight
 
     def _fan_out(self, now: datetime) -> None:
         for name, job in self.jobs.items():
@@ -209,55 +322,97 @@ class Worker:
     def claim(self, limit: int) -> int:
         """Claim up to ``limit`` pending slots in one statement; start the runs won."""
         batch = [self._pending.popleft() for _ in range(min(limit, len(self._pending)))]
-        db_now, runs = ledger.claim_slots(self._conn(), self.owner, batch)
+        try:
+            db_now, runs = ledger.claim_slots(self._conn(), self.owner, batch)
+        except psycopg.OperationalError:
+            self._pending.extendleft(reversed(batch))  # nothing is lost: claim them later
+            raise
         early = [c for c in batch if c.slot > db_now]
         if early:  # our clock ran ahead of the database's: retry those when they are due
             self._pending.extendleft(reversed(early))
             self._offset -= (early[0].slot - db_now).total_seconds() / 2
         won = len(runs)
+        lost = len(batch) - len(early) - won
         self.stats["claimed"] += won
-        self.stats["conflicts"] += len(batch) - len(early) - won
-        if len(batch) - len(early) - won:
-            log.debug("claim conflicts: %d of %d slot(s) already had a run",
-                      len(batch) - len(early) - won, len(batch) - len(early))
+        self.stats["conflicts"] += lost
+        if lost:
+            log.debug("job_claim_skipped: %d of %d slot(s) already had a run", lost,
+                      len(batch) - len(early))
         self._start(runs)
         return won
 
-    def _claim_due(self, limit: int) -> list[ClaimedRun]:
-        _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), limit)
-        return runs
-
     def _start(self, runs: list[ClaimedRun]) -> None:
-        assert self._executor is not None
+        assert self._handlers is not None and self._pool is not None
         for run in runs:
-            with self._inflight_lock:
-                self._inflight += 1
+            self._inflight += 1
+            job = self.jobs[run.job_name]
             if not run.locked:
                 log.error("run %s: its advisory lock is held by another session; is "
                           "RUNNER_LOCK_NAMESPACE shared with the application?", run.id)
                 self._finished.put((run, Outcome(
-                    run.id, run.fence, "failed", "runner.LockUnavailable",
-                    "advisory lock key held by another session", retry_delay=1.0)))
+                    run.id, run.fence, "failed", error_class="runner.LockUnavailable",
+                    error_message="advisory lock key held by another session", retry_delay=1.0)))
                 continue
-            log.debug("job_claimed job=%s slot=%s partition=%r run=%s attempt=%s fence=%s",
-                      run.job_name, run.slot.isoformat(), run.partition_key, run.id,
-                      run.attempt, run.fence)
-            self._executor.submit(self._execute, run)
+            ctx = JobContext(run, job, self._pool)
+            deadline = time.monotonic() + job.timeout.total_seconds() if job.timeout else None
+            with self._active_lock:
+                self._active[run.id] = Active(run, ctx, deadline)
+            log.debug("job_claimed job=%s slot=%s partition=%r run=%s attempt=%s fence=%s "
+                      "trigger=%s", run.job_name, run.slot.isoformat(), run.partition_key, run.id,
+                      run.attempt, run.fence, run.trigger)
+            self._handlers.submit(self._execute, run, ctx)
 
-    def _execute(self, run: ClaimedRun) -> None:
+    def _execute(self, run: ClaimedRun, ctx: JobContext) -> None:
         assert self._pool is not None
         try:
-            outcome = execute(run, self.jobs[run.job_name], self._pool)
+            outcome = execute(run, self.jobs[run.job_name], self._pool, ctx)
         except BaseException as exc:  # never lose a run to a bug in the runner itself
             cls, msg = error_text(exc)
-            outcome = Outcome(run.id, run.fence, "failed", cls, msg, retry_delay=1.0)
-        self._finished.put((run, outcome))
+            outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,
+                              retry_delay=1.0)
+        with self._active_lock:
+            mine = self._active.pop(run.id, None) is not None
+        if mine:
+            self._finished.put((run, outcome))
+        else:
+            log.warning("run %s: the handler returned after the runner gave up on it "
+                        "(timeout or shutdown); its outcome is discarded", run.id)
+
+    def _enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        with self._active_lock:
+            overdue = [a for a in self._active.values() if a.deadline is not None and now >= a.deadline]
+            for a in overdue:
+                del self._active[a.run.id]
+        for a in overdue:
+            job = self.jobs[a.run.job_name]
+            reason = f"timed out after {job.timeout}"
+            a.ctx.cancel(reason)
+            assert self._handlers is not None
+            self._handlers.compensate()
+            self.stats["timed_out"] += 1
+            log.warning("run %s: %s; the attempt is given up", a.run.id, reason)
+            outcome = failure(a.run, job, AttemptTimedOut(reason), a.ctx)
+            self._finished.put((a.run, Outcome(
+                outcome.run_id, outcome.fence, outcome.status, attempt_status="timed_out",
+                error_class="runner.Timeout", error_message=reason,
+                retry_delay=outcome.retry_delay, processed=outcome.processed, failed=outcome.failed)))
+
+    def _take_all_active(self) -> list[Active]:
+        with self._active_lock:
+            actives = list(self._active.values())
+            self._active.clear()
+        return actives
 
     def _sleep_for(self, now: datetime) -> float:
-        if self._pending and self._inflight < self.config.inflight_cap:
+        if self._pending and self._free() > 0:
             return 0.0
         next_slot = min(self._next_slot.values(), default=None)
-        delay = max(self._next_poll - time.monotonic(), 0.0)
+        delay = max(min(self._next_poll, self._next_beat) - time.monotonic(), 0.0)
+        with self._active_lock:
+            deadlines = [a.deadline for a in self._active.values() if a.deadline is not None]
+        if deadlines:
+            delay = min(delay, max(min(deadlines) - time.monotonic(), 0.0))
         if next_slot is not None:
             delay = min(delay, max((next_slot - now).total_seconds(), 0.0))
         return max(delay, 0.0005)
@@ -265,42 +420,52 @@ class Worker:
     # -- completions ------------------------------------------------------------------
 
     def _complete_forever(self) -> None:
-        conn = connect(self.url)
-        try:
-            done = False
-            while not done:
-                item = self._finished.get()
-                batch: list[tuple[ClaimedRun, Outcome | None]] = []
-                while item is not None:
-                    batch.append(item)
-                    if len(batch) >= self.config.finish_batch:
-                        break
-                    try:
-                        item = self._finished.get_nowait()
-                    except queue.Empty:
-                        break
-                done = item is None
-                if batch:
-                    conn = self._record(conn, batch)
-        finally:
+        conn: psycopg.Connection[Any] | None = None
+        done = False
+        while not done:
+            item = self._finished.get()
+            batch: list[tuple[ClaimedRun, Outcome | None]] = []
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= self.config.finish_batch:
+                    break
+                try:
+                    item = self._finished.get_nowait()
+                except queue.Empty:
+                    break
+            done = item is None
+            if batch:
+                conn = self._record(conn, batch)
+        if conn is not None:
             conn.close()
 
-    def _record(self, conn: psycopg.Connection[Any],
-                batch: list[tuple[ClaimedRun, Outcome | None]]) -> psycopg.Connection[Any]:
+    def _record(self, conn: psycopg.Connection[Any] | None,
+                batch: list[tuple[ClaimedRun, Outcome | None]]) -> psycopg.Connection[Any] | None:
         outcomes = [o for _, o in batch if o is not None]
-        for delay in (0.1, 0.5, 1, 2, 5, 10, 0):
+        landed: dict[int, bool] = {}
+        delay = 0.1
+        give_up = None
+        while outcomes:
             try:
+                if conn is None or conn.closed:
+                    conn = connect(self.url)
                 landed = ledger.finish_attempts(conn, outcomes)
                 break
             except psycopg.OperationalError as exc:
-                if not delay:
-                    raise
-                log.warning("recording %d outcome(s) failed (%s); retrying in %ss",
-                            len(outcomes), exc, delay)
-                time.sleep(delay)
-                conn.close()
-                with contextlib.suppress(psycopg.OperationalError):
-                    conn = connect(self.url)
+                if self._stop.is_set():
+                    give_up = give_up or time.monotonic() + self.config.grace
+                    if time.monotonic() > give_up:
+                        log.error("could not record %d outcome(s) before exiting (%s); their runs "
+                                  "stay running and are taken over once this process is gone",
+                                  len(outcomes), _first_line(exc))
+                        break
+                log.warning("recording %d outcome(s) failed (%s); retrying in %.1fs",
+                            len(outcomes), _first_line(exc), delay)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                time.sleep(delay)  # backoff between reconnection attempts
+                delay = min(delay * 2, 10.0)
         for outcome in outcomes:
             if not landed.get(outcome.run_id, False):
                 self.stats["stale"] += 1
@@ -308,13 +473,15 @@ class Worker:
                             outcome.status, outcome.fence)
             elif outcome.status == "succeeded":
                 self.stats["succeeded"] += 1
-            else:
+            elif outcome.status in ("failed", "dead"):
                 self.stats["failed"] += 1
         self.stats["succeeded"] += sum(1 for _, o in batch if o is None)
         locked = [run.id for run, _ in batch if run.locked]
-        ledger.unlock_runs(self._conn(), self.owner.namespace, locked)
-        with self._inflight_lock:
-            self._inflight -= len(batch)
+        try:
+            ledger.unlock_runs(self._conn(), self.owner.namespace, locked)
+        except psycopg.Error as exc:  # the session is gone, and its locks with it
+            log.debug("unlock after completion failed: %s", _first_line(exc))
+        self._inflight -= len(batch)
         self._wake.set()
         return conn
 
@@ -323,6 +490,35 @@ class Worker:
     def _conn(self) -> psycopg.Connection[Any]:
         assert self._lock_conn is not None
         return self._lock_conn
+
+    def _reconnect(self) -> None:
+        """A new lock session after the old one died. Its locks died with it: lock again
+        the runs still being executed that nobody took over meanwhile; the others are
+        asked to stop (whatever they record will be refused by the fence)."""
+        old = self._lock_conn
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.close()
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                self._lock_conn = connect(self.url)
+                break
+            except psycopg.OperationalError as exc:
+                log.warning("database unreachable (%s); retrying in %.1fs", _first_line(exc), delay)
+                self._wake.wait(delay)
+                delay = min(delay * 2, 10.0)
+        else:
+            return
+        with self._active_lock:
+            mine = [(a.run.id, a.run.fence) for a in self._active.values()]
+        kept = ledger.relock_runs(self._conn(), self.owner.namespace, mine)
+        with self._active_lock:
+            lost = [a for a in self._active.values() if a.run.id not in kept]
+        for a in lost:
+            a.ctx.cancel("this process lost its lock session and another process owns the run")
+        log.warning("lock session re-established: %d run(s) kept, %d lost to other processes",
+                    len(kept), len(lost))
 
     def _measure_offset(self) -> None:
         best: tuple[float, float] | None = None
@@ -336,3 +532,7 @@ class Worker:
         assert best is not None
         self._offset = best[1]
 
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

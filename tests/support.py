@@ -75,17 +75,22 @@ class RunnerProcess:
         )
 
     def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM and wait; the exit code (a process already gone keeps its own code)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout)
-        if self._log is not subprocess.DEVNULL:
-            self._log.close()  # type: ignore[union-attr]
+        self._close_log()
         return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not subprocess.DEVNULL and not self._log.closed:  # type: ignore[union-attr]
+            self._log.close()  # type: ignore[union-attr]
 
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path else ""

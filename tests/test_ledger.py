@@ -105,7 +105,7 @@ def test_outcome_with_current_fence_lands_once(conns: Any, db_url: str) -> None:
     _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
     assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "succeeded", processed=7)]) == {run.id: True}
     # a second outcome for the same attempt cannot land: the run is no longer running
-    assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "failed", "X", "late", 1.0)]) == {
+    assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "failed", error_class="X", error_message="late", retry_delay=1.0)]) == {
         run.id: False}
     assert rows(db_url, "SELECT status, processed_count, finished_at IS NOT NULL FROM runner.job_runs") == [
         ("succeeded", 7, True)]
@@ -114,7 +114,7 @@ def test_outcome_with_current_fence_lands_once(conns: Any, db_url: str) -> None:
 def test_failure_schedules_retry_and_retry_claim_bumps_fence(conns: Any, db_url: str) -> None:
     a, b = conns
     _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
-    ledger.finish_attempts(b, [Outcome(run.id, 1, "failed", "ValueError", "boom", 30.0)], now=T0)
+    ledger.finish_attempts(b, [Outcome(run.id, 1, "failed", error_class="ValueError", error_message="boom", retry_delay=30.0)], now=T0)
     assert rows(db_url, "SELECT status, next_attempt_at, last_error FROM runner.job_runs") == [
         ("failed", T0 + timedelta(seconds=30), "ValueError: boom")]
     ledger.unlock_runs(a, 21077, [run.id])

@@ -142,32 +142,34 @@ def test_hostile_errors_are_stored_safely(db_url: str) -> None:
     assert "Unprintable" in stored["unprintable"]
 
 
-def test_lost_ownership_rolls_back_and_closes_attempt_as_stale(db_url: str) -> None:
+def test_lost_ownership_rolls_back_and_the_run_is_recovered(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE sink (slot timestamptz)")
+        conn.execute("CREATE TABLE sink (slot timestamptz, attempt int)")
     app = Runner()
     raised: list[BaseException] = []
-    done = threading.Event()
 
     @app.job("fenced", every="1h")
     def handler(ctx: JobContext) -> None:
-        ctx.db.execute("INSERT INTO sink VALUES (%s)", (ctx.slot,))
-        with psycopg.connect(db_url, autocommit=True) as other:  # someone takes the run over
-            other.execute("UPDATE runner.job_runs SET fence = fence + 1 WHERE id = %s", (ctx.run_id,))
-        try:
-            ctx.heartbeat(processed=1)
-        except LostOwnership as exc:
-            raised.append(exc)
-            done.set()
-            raise
+        ctx.db.execute("INSERT INTO sink VALUES (%s, %s)", (ctx.slot, ctx.attempt))
+        if ctx.attempt == 1:
+            with psycopg.connect(db_url, autocommit=True) as other:  # the fence moves on
+                other.execute("UPDATE runner.job_runs SET fence = fence + 1 WHERE id = %s", (ctx.run_id,))
+            try:
+                ctx.heartbeat(processed=1)
+            except LostOwnership as exc:
+                raised.append(exc)
+                raise
 
     with running(app, db_url):
-        eventually(done.is_set)
-        eventually(lambda: scalar(db_url, "SELECT status FROM runner.attempts") == "stale")
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs") == "succeeded")
     assert raised
-    assert scalar(db_url, "SELECT count(*) FROM sink") == 0
-    # the stale attempt could not record its failure: the run keeps the new owner's fence
-    assert rows(db_url, "SELECT status, fence FROM runner.job_runs") == [("running", 2)]
+    # the stale attempt's write was rolled back and its outcome refused; the run, left with
+    # no live owner, was recovered by a new attempt with a higher fence
+    assert rows(db_url, "SELECT attempt FROM sink") == [(2,)]
+    assert rows(db_url, "SELECT attempt, fence, status, trigger FROM runner.attempts ORDER BY fence") == [
+        (1, 1, "stale", "schedule"), (2, 3, "succeeded", "recovery")]
+    assert rows(db_url, "SELECT status, fence, attempt, trigger FROM runner.job_runs") == [
+        ("succeeded", 3, 2, "recovery")]
 
 
 def test_handler_return_value_is_ignored(db_url: str) -> None:

@@ -88,17 +88,18 @@ WITH clock AS (
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
     RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
               r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.started_at
+              r.uncounted_attempts, r.started_at
 ), attempt AS (
     INSERT INTO runner.attempts (
         run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
-        started_at, heartbeat_at)
+        owner_backend_pid, started_at, heartbeat_at)
     SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
-           runner.lock_key_v1(%(namespace)s, id), started_at, started_at
+           runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
     FROM claimed
 )
 SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
        k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
+       k.uncounted_attempts,
        CASE WHEN k.id IS NULL THEN NULL
             ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
 FROM clock c LEFT JOIN claimed k ON true
@@ -131,17 +132,18 @@ WITH clock AS (
     WHERE r.id = due.id
     RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
               r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.started_at
+              r.uncounted_attempts, r.started_at
 ), attempt AS (
     INSERT INTO runner.attempts (
         run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
-        started_at, heartbeat_at)
+        owner_backend_pid, started_at, heartbeat_at)
     SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
-           runner.lock_key_v1(%(namespace)s, id), started_at, started_at
+           runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
     FROM claimed
 )
 SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
        k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
+       k.uncounted_attempts,
        CASE WHEN k.id IS NULL THEN NULL
             ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
 FROM clock c LEFT JOIN claimed k ON true
@@ -150,22 +152,30 @@ FROM clock c LEFT JOIN claimed k ON true
 -- The one place that writes attempt outcomes, for a batch of attempts. A run changes only
 -- if it is still running under the attempt's fence; an attempt whose fence is stale is
 -- closed as 'stale' and its outcome is refused. Returns, per input row, whether it landed.
+-- Run outcomes: succeeded, failed (a retry at now + retry_delay), dead, and released (the
+-- owner gave the run back at shutdown: pending again at once, trigger recovery, and the
+-- attempt does not count against max_attempts). The attempt's own status defaults to the
+-- run outcome (timed_out and released are attempt statuses).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), input AS (
     SELECT *
     FROM unnest(%(run_ids)s::bigint[], %(fences)s::bigint[], %(statuses)s::text[],
-                %(error_classes)s::text[], %(error_messages)s::text[],
-                %(retry_delays)s::float8[], %(processed)s::bigint[], %(failed)s::bigint[])
-         AS t(run_id, fence, status, error_class, error_message, retry_delay, processed,
-              failed)
+                %(attempt_statuses)s::text[], %(error_classes)s::text[],
+                %(error_messages)s::text[], %(retry_delays)s::float8[], %(processed)s::bigint[],
+                %(failed)s::bigint[])
+         AS t(run_id, fence, status, attempt_status, error_class, error_message, retry_delay,
+              processed, failed)
 ), runs AS (
     UPDATE runner.job_runs r
-    SET status = i.status,
-        finished_at = CASE WHEN i.status = 'failed' THEN NULL ELSE c.now END,
-        next_attempt_at = CASE WHEN i.status = 'failed'
-                               THEN c.now + make_interval(secs => i.retry_delay) END,
-        last_error = CASE WHEN i.status = 'succeeded' THEN r.last_error
+    SET status = CASE i.status WHEN 'released' THEN 'pending' ELSE i.status END,
+        trigger = CASE i.status WHEN 'released' THEN 'recovery' ELSE r.trigger END,
+        uncounted_attempts = r.uncounted_attempts + CASE i.status WHEN 'released' THEN 1 ELSE 0 END,
+        finished_at = CASE WHEN i.status IN ('failed', 'released') THEN NULL ELSE c.now END,
+        next_attempt_at = CASE i.status
+                              WHEN 'failed' THEN c.now + make_interval(secs => i.retry_delay)
+                              WHEN 'released' THEN c.now END,
+        last_error = CASE WHEN i.status IN ('succeeded', 'released') THEN r.last_error
                           ELSE i.error_class || ': ' || i.error_message END,
         processed_count = coalesce(i.processed, r.processed_count),
         failed_count = coalesce(i.failed, r.failed_count),
@@ -175,12 +185,15 @@ WITH clock AS (
     RETURNING r.id
 ), attempts AS (
     UPDATE runner.attempts a
-    SET status = CASE WHEN runs.id IS NULL THEN 'stale' ELSE i.status END,
+    SET status = CASE WHEN runs.id IS NULL THEN 'stale'
+                      ELSE coalesce(i.attempt_status, i.status) END,
         finished_at = c.now,
         error_class = i.error_class,
         error_message = i.error_message
     FROM input i LEFT JOIN runs ON runs.id = i.run_id, clock c
-    WHERE a.run_id = i.run_id AND a.fence = i.fence AND a.status = 'running'
+    WHERE a.run_id = i.run_id AND a.fence = i.fence
+      -- an abandoned attempt whose owner comes back is marked stale: its write was refused
+      AND (a.status = 'running' OR (a.status = 'abandoned' AND runs.id IS NULL))
 )
 SELECT i.run_id, (runs.id IS NOT NULL) AS recorded
 FROM input i LEFT JOIN runs ON runs.id = i.run_id
@@ -204,6 +217,12 @@ SET heartbeat_at = coalesce(%(now)s::timestamptz, now())
 FROM run
 WHERE a.run_id = run.id AND a.fence = %(fence)s AND a.status = 'running'
 RETURNING a.id
+
+-- name: heartbeat_attempts
+-- The loop's liveness beat for every attempt this process runs (one statement). A stopped
+-- or partitioned process stops beating; its attempts' heartbeats age past their lease.
+UPDATE runner.attempts SET heartbeat_at = coalesce(%(now)s::timestamptz, now())
+WHERE owner_instance = %(instance)s AND status = 'running' AND run_id = ANY(%(run_ids)s::bigint[])
 
 -- name: register_instance
 INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version)

@@ -1,0 +1,59 @@
+"""Jobs for the fault tests. Each handler announces itself in `marks` (autocommit, so the
+test can see it), may block until the test lets it go (a row in `release`), and writes its
+result to `sink` through ctx.db (exactly-once with the run's success)."""
+
+import os
+import time
+
+import psycopg
+
+from runner import JobContext, Runner
+
+app = Runner()
+URL = os.environ["RUNNER_DATABASE_URL"]
+
+
+def mark(ctx: JobContext, what: str) -> None:
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute("INSERT INTO marks (run_id, attempt, fence, pid, what) VALUES (%s, %s, %s, %s, %s)",
+                     (ctx.run_id, ctx.attempt, ctx.fence, os.getpid(), what))
+
+
+def released(ctx: JobContext) -> bool:
+    with psycopg.connect(URL, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM release WHERE run_id = %s AND attempt = %s",
+                            (ctx.run_id, ctx.attempt)).fetchone()[0] > 0
+
+
+def block_until_released(ctx: JobContext) -> None:
+    while not released(ctx):
+        time.sleep(0.05)  # the handler's own work: waiting for the test to let it go
+
+
+@app.job("slow", every="1h", lease="2s", max_attempts=1)
+def slow(ctx: JobContext) -> None:
+    mark(ctx, "started")
+    if ctx.trigger == "schedule":
+        block_until_released(ctx)
+    ctx.db.execute("INSERT INTO sink (run_id, attempt, fence) VALUES (%s, %s, %s)",
+                   (ctx.run_id, ctx.attempt, ctx.fence))
+    mark(ctx, "finished")
+
+
+@app.job("cooperative-timeout", every="1h", timeout="1s", max_attempts=1)
+def cooperative(ctx: JobContext) -> None:
+    mark(ctx, "started")
+    while True:
+        ctx.heartbeat()  # raises AttemptTimedOut once the runner gives up
+        time.sleep(0.05)
+
+
+@app.job("stubborn-timeout", every="1h", timeout="1s", max_attempts=1)
+def stubborn(ctx: JobContext) -> None:
+    mark(ctx, "started")
+    ctx.db.execute("SELECT pg_sleep(3600)")  # cancelled by the runner at the timeout
+
+
+@app.job("quick", every="1s")
+def quick(ctx: JobContext) -> None:
+    pass

@@ -1,0 +1,162 @@
+"""Failure made boring: real `runner start` processes killed, stopped, cut off and shut down."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support import RunnerProcess, eventually, rows, scalar
+
+SETUP = """
+CREATE TABLE marks (run_id bigint, attempt int, fence bigint, pid int, what text,
+                    at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE release (run_id bigint, attempt int);
+CREATE TABLE sink (run_id bigint, attempt int, fence bigint);
+"""
+
+
+@pytest.fixture
+def fault_db(db_url: str) -> str:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(SETUP)
+    return db_url
+
+
+def start(url: str, tmp: Path, name: str, *extra: str) -> RunnerProcess:
+    return RunnerProcess("tests/apps/faults.py:app", url, "--poll-interval", "0.2", *extra,
+                         log=tmp / f"{name}.log")
+
+
+def slow_run(url: str) -> tuple[int, int]:
+    got = rows(url, "SELECT r.id, m.pid FROM runner.job_runs r JOIN marks m ON m.run_id = r.id"
+                    " WHERE r.job_name = 'slow' AND m.what = 'started' AND m.attempt = 1")
+    return got[0] if got else None  # type: ignore[return-value]
+
+
+def instances(url: str) -> int:
+    return scalar(url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL")
+
+
+def test_kill_9_owner_is_taken_over_at_once(fault_db: str, tmp_path: Path) -> None:
+    a = start(fault_db, tmp_path, "a")
+    b = None
+    try:
+        run_id, pid = eventually(lambda: slow_run(fault_db), timeout=20)
+        assert pid == a.proc.pid
+        b = start(fault_db, tmp_path, "b")
+        eventually(lambda: instances(fault_db) == 2, timeout=20)
+        killed_at = scalar(fault_db, "SELECT now()")
+        a.kill()  # SIGKILL: no chance to clean up
+        eventually(lambda: scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (run_id,)) == "succeeded", timeout=20)
+        recovered_at = scalar(fault_db, "SELECT started_at FROM runner.attempts WHERE run_id = %s"
+                                        " AND attempt = 2", (run_id,))
+        print(f"takeover latency after kill -9: {(recovered_at - killed_at).total_seconds():.3f}s")
+    finally:
+        a.kill()
+        if b:
+            assert b.terminate() == 0, b.output()
+    assert rows(fault_db, "SELECT attempt, status, trigger, error_class FROM runner.attempts"
+                          " WHERE run_id = %s ORDER BY attempt", (run_id,)) == [
+        (1, "abandoned", "schedule", "runner.OwnerLost"), (2, "succeeded", "recovery", None)]
+    assert rows(fault_db, "SELECT attempt FROM sink WHERE run_id = %s", (run_id,)) == [(2,)]
+    # max_attempts=1, yet the recovery ran: it was the first attempt's owner that died; a
+    # recovery counts, so a crash loop ends dead rather than forever
+    assert scalar(fault_db, "SELECT fence FROM runner.job_runs WHERE id = %s", (run_id,)) == 2
+
+
+def test_sigstop_past_lease_is_fenced_out(fault_db: str, tmp_path: Path) -> None:
+    a = start(fault_db, tmp_path, "a")
+    b = None
+    try:
+        run_id, pid = eventually(lambda: slow_run(fault_db), timeout=20)
+        b = start(fault_db, tmp_path, "b")
+        eventually(lambda: instances(fault_db) == 2, timeout=20)
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        # past the 2 s lease, b ends a's lock session and takes the run over
+        eventually(lambda: scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (run_id,)) == "succeeded", timeout=30)
+        # a wakes up and its blocked handler is let go: it writes and tries to succeed
+        with psycopg.connect(fault_db, autocommit=True) as conn:
+            conn.execute("INSERT INTO release VALUES (%s, 1)", (run_id,))
+        os.kill(a.proc.pid, signal.SIGCONT)
+        eventually(lambda: scalar(fault_db, "SELECT status FROM runner.attempts WHERE run_id = %s"
+                                            " AND attempt = 1", (run_id,)) == "stale", timeout=30)
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.kill(a.proc.pid, signal.SIGCONT)
+        code_a = a.terminate()
+        code_b = b.terminate() if b else 0
+    assert (code_a, code_b) == (0, 0), a.output() + (b.output() if b else "")
+    # exactly one success, one sink row (the recovery's); the stale owner's write rolled back
+    assert rows(fault_db, "SELECT status, fence FROM runner.job_runs WHERE id = %s", (run_id,)) == [
+        ("succeeded", 2)]
+    assert rows(fault_db, "SELECT attempt, fence FROM sink WHERE run_id = %s", (run_id,)) == [(2, 2)]
+    assert "refused" in a.output()
+
+
+def test_connection_killed_mid_run_loses_nothing(fault_db: str, tmp_path: Path) -> None:
+    a = start(fault_db, tmp_path, "a")
+    try:
+        run_id, _ = eventually(lambda: slow_run(fault_db), timeout=20)
+        killed = scalar(fault_db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                  " WHERE application_name = 'runner' AND datname = current_database()")
+        assert killed >= 1
+        with psycopg.connect(fault_db, autocommit=True) as conn:
+            conn.execute("INSERT INTO release VALUES (%s, 1)", (run_id,))
+        # the process reconnects, locks its run again (nobody took it) and completes it
+        eventually(lambda: scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (run_id,)) == "succeeded", timeout=30)
+        eventually(lambda: scalar(fault_db, "SELECT count(*) FROM runner.job_runs"
+                                            " WHERE job_name = 'quick' AND status = 'succeeded'") >= 3)
+    finally:
+        assert a.terminate() == 0, a.output()
+    assert scalar(fault_db, "SELECT count(*) FROM sink WHERE run_id = %s", (run_id,)) == 1
+    assert "reconnect" in a.output() or "re-established" in a.output()
+
+
+def test_shutdown_hands_running_runs_over(fault_db: str, tmp_path: Path) -> None:
+    a = start(fault_db, tmp_path, "a", "--grace", "0.5")
+    b = None
+    try:
+        run_id, _ = eventually(lambda: slow_run(fault_db), timeout=20)
+        b = start(fault_db, tmp_path, "b")
+        eventually(lambda: instances(fault_db) == 2, timeout=20)
+        assert a.terminate() == 0, a.output()  # SIGTERM: grace passes, the run is released
+        eventually(lambda: scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (run_id,)) == "succeeded", timeout=20)
+    finally:
+        a.kill()
+        if b:
+            assert b.terminate() == 0, b.output()
+    got = rows(fault_db, "SELECT attempt, status, trigger FROM runner.attempts WHERE run_id = %s"
+                         " ORDER BY attempt", (run_id,))
+    assert got == [(1, "released", "schedule"), (2, "succeeded", "recovery")]
+    # max_attempts is 1: the released attempt did not count against it
+    assert rows(fault_db, "SELECT uncounted_attempts, attempt FROM runner.job_runs WHERE id = %s",
+                (run_id,)) == [(1, 2)]
+
+
+def test_timeouts_stop_handlers_without_blocking_the_runner(fault_db: str, tmp_path: Path) -> None:
+    a = start(fault_db, tmp_path, "a", "--grace", "0.5")
+    try:
+        for job in ("cooperative-timeout", "stubborn-timeout"):
+            eventually(lambda job=job: scalar(fault_db, "SELECT status FROM runner.job_runs WHERE job_name = %s",
+                                              (job,)) == "dead", timeout=20, message=job)
+        # meanwhile the every-second job kept running
+        eventually(lambda: scalar(fault_db, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'quick'"
+                                            " AND status = 'succeeded'") >= 2)
+    finally:
+        assert a.terminate() == 0, a.output()
+    got = rows(fault_db, "SELECT r.job_name, a.status, a.error_class FROM runner.attempts a"
+                         " JOIN runner.job_runs r ON r.id = a.run_id"
+                         " WHERE r.job_name LIKE '%%timeout' ORDER BY 1")
+    assert got == [("cooperative-timeout", "timed_out", "runner.Timeout"),
+                   ("stubborn-timeout", "timed_out", "runner.Timeout")]
+    # the stubborn handler's pg_sleep was cancelled: no statement of it is still running
+    assert scalar(fault_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3600)%%'"
+                            " AND state = 'active'") == 0
