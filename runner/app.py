@@ -22,6 +22,7 @@ Handler: TypeAlias = "Callable[[JobContext], object]"
 PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
 
 _MAX_NAME = 200
+MISFIRE_POLICIES = ("skip", "coalesce", "replay", "manual")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -58,6 +59,10 @@ class JobDef:
     track_from: datetime | None
     timeout: timedelta | None = None
     lease: timedelta = timedelta(seconds=60)
+    misfire: str = "coalesce"
+    grace: timedelta = timedelta(seconds=60)
+    max_catch_up: int = 10
+    max_catch_up_age: timedelta | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -165,6 +170,10 @@ class Runner:
         track_from: datetime | None = None,
         timeout: str | int | float | timedelta | None = None,
         lease: str | int | float | timedelta = "60s",
+        misfire: str = "coalesce",
+        grace: str | int | float | timedelta = "60s",
+        max_catch_up: int = 10,
+        max_catch_up_age: str | int | float | timedelta | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of job ``name``."""
         job = self._define(
@@ -182,6 +191,10 @@ class Runner:
             track_from=track_from,
             timeout=timeout,
             lease=lease,
+            misfire=misfire,
+            grace=grace,
+            max_catch_up=max_catch_up,
+            max_catch_up_age=max_catch_up_age,
         )
 
         def register(handler: Handler) -> Handler:
@@ -239,10 +252,24 @@ class Runner:
         lease = _interval_of(job, "lease", kw["lease"])
         if lease < timedelta(seconds=1):
             raise JobDefinitionError(job, "lease", "must be at least 1s")
+        if kw["misfire"] not in MISFIRE_POLICIES:
+            raise JobDefinitionError(
+                job, "misfire", f"must be one of {', '.join(MISFIRE_POLICIES)}, got {kw['misfire']!r}")
+        grace = _interval_of(job, "grace", kw["grace"]) if kw["grace"] not in (0, "0", "0s") else timedelta(0)
+        max_catch_up = kw["max_catch_up"]
+        if isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int) or max_catch_up < 0:
+            raise JobDefinitionError(job, "max_catch_up", f"must be an integer >= 0, got {max_catch_up!r}")
+        max_age = None
+        if kw["max_catch_up_age"] is not None:
+            max_age = _interval_of(job, "max_catch_up_age", kw["max_catch_up_age"])
         return JobDef(
             name=job,
             timeout=timeout,
             lease=lease,
+            misfire=kw["misfire"],
+            grace=grace,
+            max_catch_up=max_catch_up,
+            max_catch_up_age=max_age,
             handler=_no_handler,
             schedule=schedule,
             partitions=partitions,

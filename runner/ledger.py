@@ -102,8 +102,11 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
     return value
 
 
-def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef], now: datetime | None = None) -> None:
-    """Write the definitions into runner.jobs (and their schedule history), one transaction."""
+def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
+              now: datetime | None = None) -> dict[str, datetime]:
+    """Write the definitions into runner.jobs (and their schedule history), one transaction.
+    Returns each job's tracked-range start (``track_from``)."""
+    tracked: dict[str, datetime] = {}
     with conn.transaction():
         for job in sorted(jobs, key=lambda j: j.name):  # a fixed order: no deadlock between syncers
             sched = job.schedule
@@ -118,6 +121,11 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef], now: dateti
                 },
                 "permanent": [f"{t.__module__}.{t.__qualname__}" for t in job.permanent],
                 "lease_seconds": job.lease.total_seconds(),
+                "misfire": job.misfire,
+                "grace_seconds": job.grace.total_seconds(),
+                "max_catch_up": job.max_catch_up,
+                "max_catch_up_age_seconds": (job.max_catch_up_age.total_seconds()
+                                             if job.max_catch_up_age else None),
                 "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
             }
             params = {
@@ -135,8 +143,11 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef], now: dateti
                 "track_from": job.track_from,
                 "now": now,
             }
-            conn.execute(Q["sync_job"], params)
+            row = conn.execute(Q["sync_job"], params).fetchone()
+            assert row is not None
+            tracked[job.name] = _utc(row[2])
             conn.execute(Q["record_schedule"], {"job_name": job.name, "now": now})
+    return tracked
 
 
 def paused_jobs(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> set[str]:

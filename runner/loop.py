@@ -31,8 +31,9 @@ then *release* the runs still running: each goes back to ``pending`` (trigger ``
 the attempt not counted against ``max_attempts``) and its lock is dropped, so another process
 starts it at once.
 
-Until misfire policies exist, a starting runner begins with each job's latest slot at or
-before now; older slots missed while no runner was alive are left for the gap scan.
+Late slots (not started within the job's grace: every runner was down, or this one was
+stopped or overloaded) are never claimed as if on time: the loop hands the job to the misfire
+duty (runner/misfire.py), which applies the job's policy in bounded batches.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, ledger, takeover
+from runner import __version__, ledger, misfire, takeover
 from runner.app import JobDef, Runner
-from runner.attempt import JobContext, error_text, execute, failure
+from runner.attempt import JobContext, crash_point, error_text, execute, failure
 from runner.errors import AttemptTimedOut
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
 from runner.schedule import idempotency_key
@@ -160,6 +161,7 @@ class Worker:
         self._inflight = 0
         self._pending: deque[SlotClaim] = deque()
         self._next_slot: dict[str, datetime] = {}
+        self._misfire_due: set[str] = set()
         self._offset = 0.0  # database clock minus local clock, seconds
         self._next_poll = 0.0
         self._next_beat = 0.0
@@ -176,7 +178,7 @@ class Worker:
     def start(self) -> None:
         """Connect, register this process, sync job definitions, and set up the schedule."""
         self._lock_conn = connect(self.url)
-        ledger.sync_jobs(self._lock_conn, list(self.jobs.values()))
+        tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()))
         ledger.register_instance(self._lock_conn, self.owner, __version__)
         self._measure_offset()
         self._pool = ConnectionPool(
@@ -189,8 +191,11 @@ class Worker:
         self._completer.start()
         now = self.now()
         for job in self.jobs.values():
-            # begin with the latest slot at or before now (see module docstring)
-            self._next_slot[job.name] = job.schedule.latest_at_or_before(now)
+            # on-time slots from now on (within the job's tracked range); whatever was missed
+            # before is the misfire duty's
+            first = max(misfire.cutoff_for(job, now), tracked[job.name] - misfire.EPSILON)
+            self._next_slot[job.name] = job.schedule.next_after(first)
+            self._misfire_due.add(job.name)
         log.info("runner %s started: %d job(s), %d worker(s), instance %s",
                  self.owner.pid, len(self.jobs), self.config.workers, self.owner.instance)
 
@@ -264,6 +269,8 @@ class Worker:
         self._fan_out(self.now())
         if self._free() > 0 and self._pending:
             self.claim(min(self._free(), self.config.claim_batch))
+        if self._misfire_due:
+            self._decide_misfires()
         mono = time.monotonic()
         if mono >= self._next_poll:
             self._next_poll = mono + self.config.poll_interval
@@ -290,9 +297,24 @@ class Worker:
     def _free(self) -> int:
         return self.config.inflight_cap - self._inflight
 
+    def _decide_misfires(self) -> None:
+        now = self.now()
+        started = 0
+        for name in sorted(self._misfire_due):
+            decisions = misfire.run_once(self._conn(), self.jobs[name], now)
+            started += decisions.started
+            if not decisions.more:
+                self._misfire_due.discard(name)
+        if started:
+            self._next_poll = 0.0  # start the catch-up runs now
+
     def _fan_out(self, now: datetime) -> None:
         for name, job in self.jobs.items():
             slot = self._next_slot[name]
+            cutoff = misfire.cutoff_for(job, now)
+            if slot <= cutoff:  # this process fell behind (stopped, overloaded): late slots
+                self._misfire_due.add(name)
+                slot = job.schedule.next_after(cutoff)
             while slot <= now:
                 self._pending.extend(self._slot_claims(job, slot))
                 slot = job.schedule.next_after(slot)
@@ -360,6 +382,7 @@ class Worker:
             log.debug("job_claimed job=%s slot=%s partition=%r run=%s attempt=%s fence=%s "
                       "trigger=%s", run.job_name, run.slot.isoformat(), run.partition_key, run.id,
                       run.attempt, run.fence, run.trigger)
+            crash_point("after_claim")
             self._handlers.submit(self._execute, run, ctx)
 
     def _execute(self, run: ClaimedRun, ctx: JobContext) -> None:
@@ -449,6 +472,7 @@ class Worker:
             try:
                 if conn is None or conn.closed:
                     conn = connect(self.url)
+                crash_point("before_completion")
                 landed = ledger.finish_attempts(conn, outcomes)
                 break
             except psycopg.OperationalError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -148,7 +148,7 @@ def test_lost_ownership_rolls_back_and_the_run_is_recovered(db_url: str) -> None
     app = Runner()
     raised: list[BaseException] = []
 
-    @app.job("fenced", every="1h")
+    @app.job("fenced", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
     def handler(ctx: JobContext) -> None:
         ctx.db.execute("INSERT INTO sink VALUES (%s, %s)", (ctx.slot, ctx.attempt))
         if ctx.attempt == 1:
@@ -167,7 +167,7 @@ def test_lost_ownership_rolls_back_and_the_run_is_recovered(db_url: str) -> None
     # no live owner, was recovered by a new attempt with a higher fence
     assert rows(db_url, "SELECT attempt FROM sink") == [(2,)]
     assert rows(db_url, "SELECT attempt, fence, status, trigger FROM runner.attempts ORDER BY fence") == [
-        (1, 1, "stale", "schedule"), (2, 3, "succeeded", "recovery")]
+        (1, 1, "stale", "catch_up"), (2, 3, "succeeded", "recovery")]
     assert rows(db_url, "SELECT status, fence, attempt, trigger FROM runner.job_runs") == [
         ("succeeded", 3, 2, "recovery")]
 

@@ -116,7 +116,15 @@ WITH clock AS (
       AND r.next_attempt_at <= c.now
       AND r.job_name = ANY(%(job_names)s::text[])
       AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name AND j.paused)
-    ORDER BY r.next_attempt_at, r.id
+      -- late slots replayed (trigger catch_up) run oldest first, one at a time per job and
+      -- partition
+      AND (r.trigger <> 'catch_up' OR NOT EXISTS (
+              SELECT 1 FROM runner.job_runs x
+              WHERE x.job_name = r.job_name AND x.partition_key = r.partition_key
+                AND x.trigger = 'catch_up' AND x.id <> r.id
+                AND (x.status = 'running'
+                     OR (x.status IN ('pending', 'failed') AND x.schedule_slot < r.schedule_slot))))
+    ORDER BY r.next_attempt_at, r.schedule_slot, r.id
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
 ), claimed AS (

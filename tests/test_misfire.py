@@ -1,0 +1,179 @@
+"""Misfire policies: late slots are skipped, coalesced, replayed or held, with the reason in
+the ledger; never claimed as if on time, never dropped silently."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from runner import Runner, ledger, misfire
+from runner.ledger import Owner
+from tests.support import RunnerProcess, eventually, rows, scalar
+
+T0 = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)
+MIN = timedelta(minutes=1)
+
+
+def job_app(**options: Any) -> Runner:
+    app = Runner()
+    app.job("late", every="1m", track_from=T0, **options)(lambda ctx: None)
+    return app
+
+
+@pytest.fixture
+def conn(db_url: str) -> Any:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        yield c
+
+
+def decide(conn: Any, app: Runner, now: datetime, batch: int = 1000) -> misfire.Decisions:
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - MIN)
+    return misfire.run_once(conn, app.jobs["late"], now, batch=batch)
+
+
+def runs(conn: Any) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT schedule_slot, partition_key, status, trigger, window_start, window_end,"
+                        " coalesced_into_slot, status_reason FROM runner.job_runs ORDER BY 1, 2").fetchall()
+
+
+NOW = T0 + 9 * MIN + timedelta(seconds=61)  # slots T0 .. T0+9m are late (grace 60 s)
+
+
+def test_skip_records_each_late_slot_with_its_reason(conn: Any) -> None:
+    decide(conn, job_app(misfire="skip"), NOW)
+    got = runs(conn)
+    assert [r[0] for r in got] == [T0 + i * MIN for i in range(10)]
+    assert {r[2] for r in got} == {"skipped"}
+    assert got[0][7].startswith("misfire=skip: not started within grace 0:01:00, late by 10m01s")
+
+
+def test_grace_threshold_on_both_sides(conn: Any) -> None:
+    app = job_app(misfire="skip")
+    decide(conn, app, T0 + 9 * MIN + timedelta(seconds=60))  # T0+9m is exactly at grace: not late
+    assert max(r[0] for r in runs(conn)) == T0 + 8 * MIN
+    decide(conn, app, T0 + 9 * MIN + timedelta(seconds=60, microseconds=2))
+    assert max(r[0] for r in runs(conn)) == T0 + 9 * MIN
+
+
+def test_coalesce_runs_once_for_the_newest_with_a_widened_window(conn: Any) -> None:
+    result = decide(conn, job_app(misfire="coalesce"), NOW)
+    assert result.counts == {"coalesced": 9, "pending": 1}
+    got = runs(conn)
+    main = got[-1]
+    assert main[:4] == (T0 + 9 * MIN, "", "pending", "catch_up")
+    assert (main[4], main[5]) == (T0 - MIN, T0 + 9 * MIN)  # covers every late window
+    assert {(r[2], r[6]) for r in got[:-1]} == {("coalesced", T0 + 9 * MIN)}
+
+
+def test_coalesce_in_small_batches_still_covers_the_whole_range(conn: Any) -> None:
+    app = job_app(misfire="coalesce", partitions=["p", "q"])
+    passes = 0
+    while decide(conn, app, NOW, batch=3).more:
+        passes += 1
+    assert passes >= 3
+    got = runs(conn)
+    mains = [r for r in got if r[2] == "pending"]
+    assert [(r[0], r[1], r[4], r[5]) for r in mains] == [
+        (T0 + 9 * MIN, "p", T0 - MIN, T0 + 9 * MIN), (T0 + 9 * MIN, "q", T0 - MIN, T0 + 9 * MIN)]
+    assert sum(1 for r in got if r[2] == "coalesced") == 18
+
+
+def test_replay_caps_count_and_age_and_holds_the_rest(conn: Any) -> None:
+    decide(conn, job_app(misfire="replay", max_catch_up=3), NOW)
+    got = runs(conn)
+    assert [(r[0], r[2]) for r in got if r[2] == "pending"] == [
+        (T0 + 7 * MIN, "pending"), (T0 + 8 * MIN, "pending"), (T0 + 9 * MIN, "pending")]
+    held = [r for r in got if r[2] == "awaiting_approval"]
+    assert len(held) == 7 and "beyond max_catch_up=3" in held[0][7]
+
+
+def test_replay_age_cap(conn: Any) -> None:
+    decide(conn, job_app(misfire="replay", max_catch_up=10, max_catch_up_age="150s"), NOW)
+    got = runs(conn)
+    assert [r[0] for r in got if r[2] == "pending"] == [T0 + 8 * MIN, T0 + 9 * MIN]  # 121 s, 61 s old
+    assert "older than max_catch_up_age" in got[0][7]
+
+
+def test_replayed_slots_run_oldest_first_one_at_a_time(conn: Any, db_url: str) -> None:
+    decide(conn, job_app(misfire="replay", max_catch_up=3), NOW)
+    owner = Owner(__import__("uuid").uuid4(), "h", 1, 21077)
+    _, first = ledger.claim_due_runs(conn, owner, ["late"], 10)
+    assert [r.slot for r in first] == [T0 + 7 * MIN]
+    _, none = ledger.claim_due_runs(conn, owner, ["late"], 10)
+    assert none == []  # the next waits while one runs
+    ledger.finish_attempts(conn, [ledger.Outcome(first[0].id, first[0].fence, "succeeded")])
+    _, second = ledger.claim_due_runs(conn, owner, ["late"], 10)
+    assert [r.slot for r in second] == [T0 + 8 * MIN]
+
+
+def test_manual_holds_every_late_slot(conn: Any) -> None:
+    decide(conn, job_app(misfire="manual"), NOW)
+    assert {r[2] for r in runs(conn)} == {"awaiting_approval"}
+    assert len(runs(conn)) == 10
+
+
+def test_decisions_start_after_the_newest_slot_with_a_run(conn: Any) -> None:
+    app = job_app(misfire="skip")
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - MIN)
+    owner = Owner(__import__("uuid").uuid4(), "h", 1, 21077)
+    claim = ledger.SlotClaim("late", T0 + 5 * MIN, "", T0.date(), T0 + 4 * MIN, T0 + 5 * MIN, "k")
+    ledger.claim_slots(conn, owner, [claim], now=T0 + 5 * MIN)
+    decide(conn, app, NOW)
+    assert [r[0] for r in runs(conn) if r[2] == "skipped"] == [T0 + i * MIN for i in range(6, 10)]
+
+
+def test_two_deciders_at_once_decide_once(db_url: str) -> None:
+    import threading
+
+    app = job_app(misfire="coalesce")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        ledger.sync_jobs(c, list(app.jobs.values()), now=T0 - MIN)
+    results: list[misfire.Decisions] = []
+
+    def one() -> None:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            results.append(misfire.run_once(c, app.jobs["late"], NOW))
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.counts.get("pending", 0) for r in results) == 1
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs") == 10
+
+
+def test_restarted_runner_applies_policy_to_the_downtime(db_url: str, tmp_path: Path) -> None:
+    a = RunnerProcess("tests/apps/misfire_skip.py:app", db_url, "--poll-interval", "0.2",
+                      log=tmp_path / "a.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"
+                                          " AND job_name = 'every-second'") >= 4, timeout=20)
+    finally:
+        assert a.terminate() == 0, a.output()
+    stopped = scalar(db_url, "SELECT max(schedule_slot) FROM runner.job_runs")
+    # every runner is down for a while (waiting on the database clock, not sleeping)
+    eventually(lambda: scalar(db_url, "SELECT now() - %s > interval '4 seconds'", (stopped,)), timeout=20)
+    b = RunnerProcess("tests/apps/misfire_skip.py:app", db_url, "--poll-interval", "0.2",
+                      log=tmp_path / "b.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'skipped'") >= 4)
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'coalesced'") >= 2)
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE trigger = 'catch_up'"
+                                          " AND status = 'succeeded'") >= 1)
+    finally:
+        assert b.terminate() == 0, b.output()
+    for job, parts in (("every-second", 2), ("every-second-coalesced", 1)):
+        slots = rows(db_url, "SELECT schedule_slot, count(*), array_agg(DISTINCT status) FROM runner.job_runs"
+                             " WHERE job_name = %s GROUP BY 1 ORDER BY 1", (job,))
+        first, last = slots[0][0], slots[-1][0]
+        # no hole: every second from the first to the last slot has a run per partition,
+        # each succeeded, skipped or coalesced
+        assert [s[0] for s in slots] == [first + timedelta(seconds=i)
+                                         for i in range(int((last - first).total_seconds()) + 1)]
+        assert {s[1] for s in slots} == {parts}
+        assert {st for s in slots for st in s[2]} <= {"succeeded", "skipped", "coalesced"}
