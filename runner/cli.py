@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import date, datetime, timedelta
 from typing import Annotated, Any, NoReturn
 
@@ -19,8 +19,9 @@ import psycopg
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from runner import ledger, migrate
+from runner import ledger, migrate, operate
 from runner.errors import JobDefinitionError
 from runner.loader import load_app
 from runner.settings import ConfigError, DatabaseChoice, choose_database, lock_namespace, redact
@@ -83,7 +84,7 @@ def _errors() -> Iterator[None]:
     """Turn expected failures into one clear line and exit code 1."""
     try:
         yield
-    except (ConfigError, JobDefinitionError) as exc:
+    except (ConfigError, JobDefinitionError, operate.OperatorError) as exc:
         fail(str(exc))
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -138,7 +139,8 @@ def _print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> 
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else _cell(row.get(c)) for c in columns))
+        # Text, not str: names and partition keys are shown as they are, never as markup
+        table.add_row(*(Text("" if row.get(c) is None else _cell(row.get(c))) for c in columns))
     _console().print(table)
 
 
@@ -204,6 +206,8 @@ def start(
     app_spec: AppOpt = None,
     database_url: DbOpt = None,
     workers: Annotated[int, typer.Option(min=1, max=1000, help="handler threads")] = 10,
+    max_inflight: Annotated[int, typer.Option(
+        min=0, max=100000, help="runs claimed ahead of free handler threads (0: 2 x workers)")] = 0,
     poll_interval: Annotated[float, typer.Option(
         min=0.01, help="seconds between polls for retries, queued runs and takeovers")] = 1.0,
     grace: Annotated[float, typer.Option(
@@ -227,7 +231,7 @@ def start(
         namespace = lock_namespace()
         choice, conn = _open_ledger(database_url)
         conn.close()
-        worker = Worker(runner_app, choice.url, LoopConfig(workers=workers, poll_interval=poll_interval, grace=grace),
+        worker = Worker(runner_app, choice.url, LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval, grace=grace),
                         namespace=namespace)
         worker.start()
 
@@ -334,6 +338,233 @@ def runs(
         _print_table("runs", rows, ["id", "job_name", "schedule_slot", "partition_key", "status",
                                      "trigger", "attempt", "fence", "started_at", "finished_at",
                                      "last_error"])
+
+
+@app.command()
+def gaps(
+    database_url: DbOpt = None,
+    job: Annotated[str | None, typer.Option(help="only this job")] = None,
+    since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000000)] = 1000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Expected slots with no successful run (runner.missing_slots), oldest first."""
+    params = {"job_name": job, "since": _parse_time(since, "--since"), "limit": limit + 1}
+    gap_q = queries("gaps")
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        # the watermarks only make the scan cheaper: a read-only role or a replica skips them
+        with suppress(psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute(gap_q["advance_watermarks"])
+        rows = ledger.dict_rows(conn, gap_q["list_gaps"], params)
+        conn.close()
+    if len(rows) > limit:
+        rows = rows[:limit]
+        typer.echo(f"runner: showing the oldest {limit} gaps; there are more (--limit)", err=True)
+    if as_json:
+        _print_json(rows)
+    else:
+        rows = [{**r, "lateness": _span(r["lateness"])} for r in rows]
+        _print_table("gaps", rows, ["job_name", "schedule_slot", "local_slot", "partition_key",
+                                     "state", "run_id", "attempt", "lateness", "paused",
+                                     "last_error"])
+
+
+# -- operators: status, rerun, pause, resume (logic in runner/operate.py) ------------------
+
+ReasonOpt = Annotated[str, typer.Option("--reason", help="why (required; kept in runner.requests)")]
+ByOpt = Annotated[str | None, typer.Option("--by", help="who asks (default: OS user@host)")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+def _print_value(value: Any) -> None:
+    typer.echo(json.dumps(_jsonable(value), ensure_ascii=False, indent=2))
+
+
+def _reason(value: str) -> str:
+    if not value.strip():
+        fail("--reason must not be empty", 2)
+    return value.strip()
+
+
+def _confirm(question: str, yes: bool) -> None:
+    """Ask on the terminal unless --yes. With no terminal to ask on, the answer is no."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail("not confirmed: stdin is not a terminal to ask on; nothing written "
+             "(pass --yes to confirm without a prompt)")
+    if not typer.confirm(question, default=False, err=True):
+        fail("not confirmed; nothing written")
+
+
+def _span(value: timedelta | None) -> str:
+    if value is None:
+        return ""
+    left = int(value.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return " ".join(parts[:2]) or "0s"
+
+
+def _counts(row: dict[str, Any], *keys: str) -> str:
+    values = [row.get(k) for k in keys]
+    return "" if all(v is None for v in values) else "/".join(str(v or 0) for v in values)
+
+
+@app.command()
+def status(
+    app_spec: AppOpt = None,
+    database_url: DbOpt = None,
+    job: Annotated[str | None, typer.Option(help="only this job")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per-job health (last success, counts, lag, missing, next slot), then the alerts."""
+    with _errors():
+        runner_app = load_app(app_spec) if app_spec else None
+        _, conn = _open_ledger(database_url)
+        report = operate.status(conn, runner_app, job)
+        conn.close()
+    if as_json:
+        _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts})
+        return
+    rows = [{
+        "job": r["job_name"],
+        "owner": r.get("owner"),
+        "paused": "paused" if r.get("paused") else "",
+        "last success": r.get("last_success_at"),
+        "its slot": r.get("last_success_slot"),
+        "business date": r.get("last_success_business_date"),
+        "last slot": ", ".join(f"{s} {n}" for s, n in sorted((r.get("last_slot_statuses") or {}).items())),
+        "processed/failed": _counts(r, "last_processed", "last_failed"),
+        "24h ok/failed/dead": _counts(r, "succeeded_24h", "failed_24h", "dead_24h"),
+        "lag": _span(r.get("lag")),
+        "missing": r.get("missing"),
+        "next slot": r.get("next_slot"),
+    } for r in report.jobs]
+    _print_table(f"job health at {report.now.isoformat(timespec='seconds')}", rows, list(rows[0]) if rows
+                 else ["job"])
+    if report.alerts:
+        _print_table("alerts", report.alerts, ["kind", "job_name", "owner", "run_id", "since", "detail"])
+    else:
+        typer.echo("no alerts")
+
+
+def _show_rerun(plan: operate.RerunPlan) -> None:
+    run = plan.run
+    typer.echo(plan.run_label)
+    typer.echo(f"  status {run['status']}, trigger {run['trigger']}, attempt {run['attempt']} "
+               f"(fence {run['fence']}), business date {run['business_date']}")
+    if run["last_error"]:
+        typer.echo(f"  last error: {' '.join(run['last_error'].split())[:300]}")
+    if plan.attempts:
+        _print_table(f"attempts of run {run['id']}", plan.attempts,
+                     ["attempt", "fence", "trigger", "status", "owner_host", "owner_pid", "started_at",
+                      "finished_at", "error_class", "error_message"])
+    else:
+        typer.echo("  no attempts yet")
+    if plan.effects is not None:
+        if plan.effects:
+            shown = [c for c in ("effect_key", "stage", "status", "send_count", "updated_at")
+                     if any(c in e for e in plan.effects)]
+            _print_table(f"effects recorded for run {run['id']} (a rerun does not repeat confirmed ones)",
+                         plan.effects, shown or list(plan.effects[0]))
+        else:
+            typer.echo("  no effects recorded")
+    if plan.refusal is None:
+        typer.echo(f"will set it pending (trigger manual) for a new attempt now; its {run['attempt']} "
+                   "earlier attempt(s) stop counting against max_attempts")
+
+
+@app.command()
+def rerun(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    slot: Annotated[str, typer.Option("--slot", help="the run's slot, ISO 8601 with offset")],
+    reason: ReasonOpt,
+    partition: Annotated[str, typer.Option("--partition", help="the run's partition key")] = "",
+    by: ByOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="rerun a run that already succeeded")] = False,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """A new attempt of one run (trigger manual): shows what it touches, asks, audits."""
+    when = _parse_time(slot, "--slot")
+    assert when is not None
+    why = _reason(reason)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        plan = operate.plan_rerun(conn, job, when, partition, force)
+        if not as_json:
+            _show_rerun(plan)
+        if plan.refusal:
+            fail(plan.refusal)
+        _confirm(f"Rerun {plan.run_label}?", yes)
+        done = operate.rerun(conn, plan, why, by, force)
+        conn.close()
+    request, queued = done["request"], done["run"]
+    if as_json:
+        _print_value({"run": plan.run, "attempts": plan.attempts, "effects": plan.effects,
+                      "request": request, "queued": queued})
+    else:
+        typer.echo(f"run {queued['id']} is pending (trigger manual), due now; request {request['id']} "
+                   f"by {request['who']}")
+
+
+def _pause_or_resume(job: str, paused: bool, reason: str, by: str | None, yes: bool, as_json: bool,
+                     database_url: str | None) -> None:
+    why = _reason(reason)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        plan = operate.plan_pause(conn, job, paused)
+        done = None
+        if plan.changes:
+            if not as_json:
+                typer.echo(f"job {job!r}: {plan.job['running']} run(s) running, {plan.job['queued']} "
+                           "queued (pending or waiting for a retry)")
+                typer.echo("will pause it: no new slot, retry or rerun starts until `runner resume`; "
+                           "running attempts finish" if paused else
+                           "will resume it: new slots, and queued runs that are due, start again")
+            _confirm(f"{'Pause' if paused else 'Resume'} job {job!r}?", yes)
+            done = operate.set_paused(conn, plan, why, by)
+        conn.close()
+    if as_json:
+        _print_value({"job": plan.job, "changed": done is not None,
+                      "request": done["request"] if done else None})
+    elif done is None:
+        typer.echo(f"job {job!r} is already {'paused' if paused else 'not paused'}; nothing written")
+    else:
+        typer.echo(f"job {job!r} {'paused' if paused else 'resumed'}; request {done['request']['id']} "
+                   f"by {done['request']['who']}")
+
+
+@app.command()
+def pause(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    reason: ReasonOpt,
+    by: ByOpt = None,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Stop new runs of a job (slots, retries, reruns) until `runner resume`; audited."""
+    _pause_or_resume(job, True, reason, by, yes, as_json, database_url)
+
+
+@app.command()
+def resume(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    reason: ReasonOpt,
+    by: ByOpt = None,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Let a paused job start new runs again; audited."""
+    _pause_or_resume(job, False, reason, by, yes, as_json, database_url)
 
 
 def main() -> None:

@@ -19,12 +19,15 @@ function here takes aware datetimes in any zone and returns aware datetimes in U
     ``0 * * * *``. Not accepted: seconds or year fields, ``@reboot``, the non-standard
     ``L``/``W``/``#``/``?``/``H`` extensions, ranges whose start exceeds their end (write
     ``FRI-SAT,SUN``, not ``FRI-SUN``), and expressions that can never fire (``0 0 30 2 *``).
+    ``5-5`` is just 5 (croniter would read the whole field); ``a/n`` in day-of-week stops at
+    Saturday. ``Schedule.cron`` keeps the fields as written, one space apart, aliases expanded.
 
     Day-of-month and day-of-week combine by the Vixie-cron rule: if either field starts with
     ``*`` (``*``, ``*/2``) a day must match both; otherwise a day matching either one fires.
     So ``0 0 13 * FRI`` fires on every 13th *and* every Friday, while ``0 0 */2 * MON`` fires
-    only on odd-numbered days that are Mondays. (croniter's default differs for ``*/n``; it
-    matches ours with ``implement_cron_bug=True``. croniter only validates here.)
+    only on odd-numbered days that are Mondays. (croniter's default reads ``*/2`` as a
+    restriction and ORs; its ``implement_cron_bug=True`` mode is the Vixie rule. croniter only
+    validates expressions here: anything it rejects is rejected.)
 
 Daylight saving time (cron only)
     Each matching local wall time ``w`` becomes the instant ``w.replace(tzinfo=zone, fold=0)``:
@@ -42,7 +45,7 @@ Daylight saving time (cron only)
 
 Business window and date
     The default window of a slot is ``[previous slot, slot)``; ``business_date`` is the local
-    date, in the job's zone, of the window start.
+    date, in the job's zone, of the window start (so a skipped local day has no business date).
 
 How it is computed
     Cron matching walks naive local minutes with a small matcher of its own; the local->UTC
@@ -133,9 +136,7 @@ def parse_interval(value: str | int | float | timedelta, *, field: str = "every"
     if isinstance(value, timedelta):
         micros = value // _MICRO
     elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScheduleError(
-            field, f"expected a duration like '30s' or a number of seconds, got {value!r}"
-        )
+        raise ScheduleError(field, f"expected a duration like '30s' or a number of seconds, got {value!r}")
     elif isinstance(value, int):
         micros = value * _US_PER_S
     elif isinstance(value, float):
@@ -250,8 +251,7 @@ def _normalise_cron(expr: object) -> str:
         if alias is None:
             raise ScheduleError(
                 "cron",
-                f"unknown alias {text!r}; supported: {', '.join(_ALIASES)} (@reboot is not a "
-                "schedule)",
+                f"unknown alias {text!r}; supported: {', '.join(_ALIASES)} (@reboot is not a schedule)",
             )
         return alias
     fields = re.split(r"[ \t]+", text)
@@ -303,8 +303,12 @@ def _parse_field(text: str, index: int) -> frozenset[int]:
                         f"{fname} field: range {item!r} runs backwards; wrap-around ranges are "
                         "not supported (write them as a list)",
                     )
-            else:
-                end = start if step_text is None else (high if index != 4 else 6)
+            elif step_text is None:
+                end = start
+            else:  # 'a/n' runs to the field's end (Saturday for day-of-week)
+                end = high if index != 4 else 6
+                if end < start:
+                    raise ScheduleError("cron", f"{fname} field: {item!r} starts past Saturday")
         values.update(range(start, end + 1, step))
     if index == 4 and 7 in values:
         values.discard(7)
