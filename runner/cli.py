@@ -231,7 +231,9 @@ def start(
         namespace = lock_namespace()
         choice, conn = _open_ledger(database_url)
         conn.close()
-        worker = Worker(runner_app, choice.url, LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval, grace=grace),
+        config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
+                            grace=grace)
+        worker = Worker(runner_app, choice.url, config,
                         namespace=namespace)
         worker.start()
 

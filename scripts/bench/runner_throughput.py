@@ -96,17 +96,18 @@ def measure_runner(admin: str, partitions: int, workers: int, inflight: int) -> 
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "runner", "start", "--app", str(app_dir / "bench_app.py") + ":app",
                      "--workers", str(workers), "--max-inflight", str(inflight), "--log-level", "WARNING"],
-                    env=env, cwd=ROOT, stderr=open(app_dir / f"r{i}.log", "w")))
-            wait_for(lambda: conn.execute("SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
-                                          ).fetchone()[0] == 2, 30)
+                    env=env, cwd=ROOT, stderr=open(app_dir / f"r{i}.log", "w")))  # noqa: SIM115
+            live = "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
+            wait_for(lambda: conn.execute(live).fetchone()[0] == 2, 30)
             wait_for(lambda: conn.execute(
-                "SELECT count(*) FROM runner.job_runs WHERE schedule_slot = %s AND status = 'succeeded'",
-                (slot,)).fetchone()[0] == partitions, 300)
+                "SELECT count(*) FROM runner.job_runs WHERE schedule_slot = %s"
+                " AND status = 'succeeded'", (slot,)).fetchone()[0] == partitions, 300)
             first, last, owners = conn.execute(
                 "SELECT min(a.started_at), max(a.finished_at), count(DISTINCT a.owner_instance)"
-                " FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id WHERE r.schedule_slot = %s",
-                (slot,)).fetchone()
-            dup = conn.execute("SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                " FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                " WHERE r.schedule_slot = %s", (slot,)).fetchone()
+            dup = conn.execute("SELECT count(*) FROM runner.attempts a"
+                               " JOIN runner.job_runs r ON r.id = a.run_id"
                                " WHERE r.schedule_slot = %s AND a.attempt > 1", (slot,)).fetchone()[0]
     finally:
         for p in procs:
