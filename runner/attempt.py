@@ -12,6 +12,8 @@ the run's success commit together, or not at all. If the fence check refuses the
 from __future__ import annotations
 
 import logging
+import os
+import random
 import traceback
 from datetime import date, datetime
 from typing import Any
@@ -27,6 +29,18 @@ from runner.ledger import ClaimedRun, Outcome
 log = logging.getLogger("runner.attempt")
 
 MAX_ERROR_CHARS = 4000
+
+
+def crash_point(name: str) -> None:
+    """Fault injection (scripts/fault_suite.py): exit at once, as ``kill -9`` would (no
+    cleanup, no outcome recorded), when the environment variable ``RUNNER_CRASH_POINT`` is
+    ``name`` and a random draw falls under ``RUNNER_CRASH_RATE`` (default 1.0). A no-op
+    unless that variable is set. Points: ``after_claim`` (a run is claimed, its handler not
+    yet started), ``after_handler`` (the handler returned, nothing recorded) and
+    ``before_completion`` (a batch of outcomes is about to be recorded)."""
+    if os.environ.get("RUNNER_CRASH_POINT") == name and (
+            random.random() < float(os.environ.get("RUNNER_CRASH_RATE", "1.0"))):
+        os._exit(137)
 
 
 class JobContext:
@@ -192,12 +206,10 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
         if isinstance(exc, LostOwnership):
             log.warning("run %s: attempt %s lost its run: %s", run.id, run.attempt, exc)
         else:
-            log.info(
-                "run %s (%s %s %r) attempt %s failed: %s",
-                run.id, run.job_name, run.slot.isoformat(), run.partition_key, run.attempt,
-                " ".join("".join(traceback.format_exception_only(exc)).split())[:500],
-            )
+            log.debug("run %s: handler raised: %s", run.id,
+                      " ".join("".join(traceback.format_exception_only(exc)).split())[:500])
         return failure(run, job, exc, ctx)
+    crash_point("after_handler")
     if result is not None:
         log.debug("run %s: handler returned %r (ignored)", run.id, type(result).__name__)
     success = Outcome(

@@ -213,15 +213,24 @@ def start(
     grace: Annotated[float, typer.Option(
         min=0, help="seconds running handlers get at shutdown before their runs are handed over")] = 30.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+    log_format: Annotated[str, typer.Option(help="text, or json: one JSON object per event")] = "text",
+    metrics_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="serve Prometheus metrics on this port")] = None,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
+    from runner.events import JsonFormatter
     from runner.loop import LoopConfig, Worker
+    from runner.metrics import Metrics
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         fail(f"--log-level must be one of DEBUG, INFO, WARNING, ERROR, got {log_level!r}", 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    if log_format not in ("text", "json"):
+        fail(f"--log-format must be text or json, got {log_format!r}", 2)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("alembic", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     with _errors():
@@ -233,8 +242,13 @@ def start(
         conn.close()
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
                             grace=grace)
-        worker = Worker(runner_app, choice.url, config,
-                        namespace=namespace)
+        metrics = Metrics()
+        if metrics_port is not None:
+            try:
+                metrics.serve(metrics_port)
+            except OSError as exc:
+                raise ConfigError(f"cannot serve metrics on port {metrics_port}: {exc.strerror}") from None
+        worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
         worker.start()
 
     interrupts = 0

@@ -58,7 +58,9 @@ from runner import __version__, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import JobContext, crash_point, error_text, execute, failure
 from runner.errors import AttemptTimedOut
+from runner.events import event
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
+from runner.metrics import Metrics
 from runner.schedule import idempotency_key
 
 log = logging.getLogger("runner.loop")
@@ -143,8 +145,9 @@ class Worker:
     """One runner process's scheduling loop, handler pool and completer."""
 
     def __init__(self, app: Runner, url: str, config: LoopConfig | None = None,
-                 namespace: int = 21077) -> None:
+                 namespace: int = 21077, metrics: Metrics | None = None) -> None:
         self.app = app
+        self.metrics = metrics or Metrics()
         self.url = url
         self.config = config or LoopConfig()
         self.jobs: dict[str, JobDef] = app.jobs
@@ -196,8 +199,8 @@ class Worker:
             first = max(misfire.cutoff_for(job, now), tracked[job.name] - misfire.EPSILON)
             self._next_slot[job.name] = job.schedule.next_after(first)
             self._misfire_due.add(job.name)
-        log.info("runner %s started: %d job(s), %d worker(s), instance %s",
-                 self.owner.pid, len(self.jobs), self.config.workers, self.owner.instance)
+        event(log, "runner_started", pid=self.owner.pid, jobs=len(self.jobs),
+              workers=self.config.workers, instance=str(self.owner.instance))
 
     def run(self) -> None:
         """Run until ``stop()``; then shut down (see module docstring)."""
@@ -236,8 +239,9 @@ class Worker:
         for active in self._take_all_active():
             active.ctx.cancel("the runner is shutting down")
             self.stats["released"] += 1
-            log.warning("run %s: still running after the %.0fs grace: released for another "
-                        "process", active.run.id, self.config.grace)
+            event(log, "run_released", logging.WARNING, job=active.run.job_name, slot=active.run.slot,
+                  partition=active.run.partition_key, run_id=active.run.id, attempt=active.run.attempt,
+                  fence=active.run.fence, reason=f"still running after the {self.config.grace}s grace")
             self._finished.put((active.run, Outcome(active.run.id, active.run.fence, "released",
                                                     attempt_status="released")))
         if self._handlers is not None:
@@ -254,7 +258,7 @@ class Worker:
                 self._lock_conn.close()
         if self._pool is not None:
             self._pool.close(timeout=1.0)
-        log.info("runner %s stopped: %s", self.owner.pid, self.stats)
+        event(log, "runner_stopped", pid=self.owner.pid, **self.stats)
 
     # -- the tick ---------------------------------------------------------------------
 
@@ -277,6 +281,8 @@ class Worker:
             result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
                                        default_lease=60.0)
             self.stats["recovered"] += len(result.taken)
+            for r in result.taken:
+                self.metrics.takeovers.labels(r.job_name).inc()
             self._start(result.taken)
             if self._free() > 0:
                 _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
@@ -358,8 +364,14 @@ class Worker:
         self.stats["claimed"] += won
         self.stats["conflicts"] += lost
         if lost:
-            log.debug("job_claim_skipped: %d of %d slot(s) already had a run", lost,
-                      len(batch) - len(early))
+            won_keys = {(r.job_name, r.slot, r.partition_key) for r in runs}
+            for c in batch:
+                if c.slot <= db_now and (c.job_name, c.slot, c.partition_key) not in won_keys:
+                    self.metrics.conflicts.labels(c.job_name).inc()
+                    event(log, "job_claim_skipped", logging.DEBUG, job=c.job_name, slot=c.slot,
+                          partition=c.partition_key, reason="another process claimed it")
+        for r in runs:
+            self.metrics.lag.labels(r.job_name).observe(max((db_now - r.slot).total_seconds(), 0.0))
         self._start(runs)
         return won
 
@@ -379,20 +391,25 @@ class Worker:
             deadline = time.monotonic() + job.timeout.total_seconds() if job.timeout else None
             with self._active_lock:
                 self._active[run.id] = Active(run, ctx, deadline)
-            log.debug("job_claimed job=%s slot=%s partition=%r run=%s attempt=%s fence=%s "
-                      "trigger=%s", run.job_name, run.slot.isoformat(), run.partition_key, run.id,
-                      run.attempt, run.fence, run.trigger)
+            self.metrics.started.labels(run.job_name, run.trigger).inc()
+            event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
+                  run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
             crash_point("after_claim")
             self._handlers.submit(self._execute, run, ctx)
+        self.metrics.inflight.set(self._inflight)
 
     def _execute(self, run: ClaimedRun, ctx: JobContext) -> None:
         assert self._pool is not None
+        event(log, "attempt_started", logging.DEBUG, job=run.job_name, slot=run.slot,
+              partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)
+        began = time.monotonic()
         try:
             outcome = execute(run, self.jobs[run.job_name], self._pool, ctx)
         except BaseException as exc:  # never lose a run to a bug in the runner itself
             cls, msg = error_text(exc)
             outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,
                               retry_delay=1.0)
+        self.metrics.duration.labels(run.job_name).observe(time.monotonic() - began)
         with self._active_lock:
             mine = self._active.pop(run.id, None) is not None
         if mine:
@@ -414,7 +431,9 @@ class Worker:
             assert self._handlers is not None
             self._handlers.compensate()
             self.stats["timed_out"] += 1
-            log.warning("run %s: %s; the attempt is given up", a.run.id, reason)
+            event(log, "attempt_timed_out", logging.WARNING, job=a.run.job_name, slot=a.run.slot,
+                  partition=a.run.partition_key, run_id=a.run.id, attempt=a.run.attempt,
+                  fence=a.run.fence, reason=reason)
             outcome = failure(a.run, job, AttemptTimedOut(reason), a.ctx)
             self._finished.put((a.run, Outcome(
                 outcome.run_id, outcome.fence, outcome.status, attempt_status="timed_out",
@@ -490,24 +509,45 @@ class Worker:
                 conn = None
                 time.sleep(delay)  # backoff between reconnection attempts
                 delay = min(delay * 2, 10.0)
-        for outcome in outcomes:
-            if not landed.get(outcome.run_id, False):
-                self.stats["stale"] += 1
-                log.warning("run %s: outcome %s refused: fence %s is stale", outcome.run_id,
-                            outcome.status, outcome.fence)
-            elif outcome.status == "succeeded":
+        now = time.time()
+        for run, outcome in batch:
+            if outcome is None:  # recorded in the handler's own transaction
                 self.stats["succeeded"] += 1
-            elif outcome.status in ("failed", "dead"):
-                self.stats["failed"] += 1
-        self.stats["succeeded"] += sum(1 for _, o in batch if o is None)
+                self._ended(run, "succeeded", now)
+            elif not landed.get(outcome.run_id, False):
+                self.stats["stale"] += 1
+                self.metrics.completed.labels(run.job_name, "refused").inc()
+                event(log, "outcome_refused", logging.WARNING, job=run.job_name, slot=run.slot,
+                      partition=run.partition_key, run_id=run.id, attempt=run.attempt,
+                      fence=run.fence, outcome=outcome.status, reason="stale fence")
+            else:
+                status = outcome.attempt_status or outcome.status
+                if outcome.status == "succeeded":
+                    self.stats["succeeded"] += 1
+                elif outcome.status in ("failed", "dead"):
+                    self.stats["failed"] += 1
+                self._ended(run, status, now, outcome)
         locked = [run.id for run, _ in batch if run.locked]
         try:
             ledger.unlock_runs(self._conn(), self.owner.namespace, locked)
         except psycopg.Error as exc:  # the session is gone, and its locks with it
             log.debug("unlock after completion failed: %s", _first_line(exc))
         self._inflight -= len(batch)
+        self.metrics.inflight.set(self._inflight)
         self._wake.set()
         return conn
+
+    def _ended(self, run: ClaimedRun, status: str, now: float, outcome: Outcome | None = None) -> None:
+        self.metrics.completed.labels(run.job_name, status).inc()
+        if status == "succeeded":
+            self.metrics.last_success.labels(run.job_name).set(now)
+            event(log, "attempt_succeeded", job=run.job_name, slot=run.slot, partition=run.partition_key,
+                  run_id=run.id, attempt=run.attempt, fence=run.fence)
+        elif status != "released":
+            event(log, "attempt_failed", logging.WARNING, job=run.job_name, slot=run.slot,
+                  partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence,
+                  status=status, error_class=outcome.error_class if outcome else None,
+                  error=(outcome.error_message or "")[:300] if outcome else None)
 
     # -- connections and clock --------------------------------------------------------
 

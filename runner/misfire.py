@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 
 from runner.app import JobDef
+from runner.events import event
 from runner.schedule import idempotency_key
 from runner.sqlfiles import queries
 
@@ -99,8 +100,8 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime,
                          r.window_end, r.status, r.reason) for r in main]
             _record(conn, job, main, now, result)
     if result.counts:
-        log.info("misfire_decision job=%s policy=%s %s", job.name, job.misfire,
-                 " ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))
+        event(log, "misfire_decision", job=job.name, policy=job.misfire,
+              **{f"runs_{k}": v for k, v in sorted(result.counts.items())})
     return result
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 
 from runner import ledger
+from runner.events import event
 from runner.ledger import ClaimedRun, Owner
 
 log = logging.getLogger("runner.takeover")
@@ -57,7 +58,6 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
         if spare:
             ledger.unlock_runs(conn, owner.namespace, spare)
         for run in taken:
-            log.warning("run_recovered job=%s slot=%s partition=%r run=%s attempt=%s fence=%s",
-                        run.job_name, run.slot.isoformat(), run.partition_key, run.id,
-                        run.attempt, run.fence)
+            event(log, "run_recovered", logging.WARNING, job=run.job_name, slot=run.slot,
+                  partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)
     return TakeoverResult(taken=taken, terminated=[h for h in hung if h.terminated])

@@ -1,0 +1,43 @@
+"""Prometheus metrics of one runner process (``runner start --metrics-port P``).
+
+Labels are bounded: ``job`` and ``status`` (and ``trigger``, six values) — never a slot, a
+run id or a partition, whose number grows without bound.
+
+| metric | type | labels |
+|---|---|---|
+| runner_runs_started_total | counter | job, trigger |
+| runner_runs_completed_total | counter | job, status (succeeded, failed, dead, timed_out, released, refused) |
+| runner_run_duration_seconds | histogram | job |
+| runner_schedule_lag_seconds | histogram | job (attempt start minus slot instant, schedule trigger) |
+| runner_claim_conflicts_total | counter | job |
+| runner_takeovers_total | counter | job |
+| runner_last_success_timestamp_seconds | gauge | job |
+| runner_inflight_runs | gauge | |
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.started = Counter("runner_runs_started", "Attempts started", ["job", "trigger"], registry=r)
+        self.completed = Counter("runner_runs_completed", "Attempts ended, by outcome", ["job", "status"],
+                                 registry=r)
+        self.duration = Histogram("runner_run_duration_seconds", "Handler duration", ["job"], registry=r)
+        self.lag = Histogram("runner_schedule_lag_seconds", "Attempt start minus slot instant", ["job"],
+                             buckets=_LAG_BUCKETS, registry=r)
+        self.conflicts = Counter("runner_claim_conflicts", "Slots another process had claimed", ["job"],
+                                 registry=r)
+        self.takeovers = Counter("runner_takeovers", "Runs taken over from a lost owner", ["job"], registry=r)
+        self.last_success = Gauge("runner_last_success_timestamp_seconds", "Last recorded success",
+                                  ["job"], registry=r)
+        self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)

@@ -1,0 +1,62 @@
+"""Metrics and structured logs of a real `runner start` process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from pathlib import Path
+
+import psycopg
+
+from tests.support import RunnerProcess, eventually, scalar
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_metrics_and_json_logs(db_url: str, tmp_path: Path) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE sink (job_name text, slot timestamptz, partition_key text, fence bigint,"
+                     " idempotency_key text)")
+    port = free_port()
+    proc = RunnerProcess("tests/apps/three_partitions.py:app", db_url, "--metrics-port", str(port),
+                         "--log-format", "json", log=tmp_path / "r.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 6,
+                   timeout=20)
+        text = eventually(lambda: (t := scrape(port)) and 'runner_runs_completed_total{job="tick",status="succeeded"}' in t and t)
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert 'runner_runs_started_total{job="tick",trigger="schedule"}' in text
+    assert "runner_schedule_lag_seconds_bucket" in text and "runner_run_duration_seconds_bucket" in text
+    assert 'runner_last_success_timestamp_seconds{job="tick"}' in text
+    # bounded labels: no partition, slot or run id ever becomes a label
+    for label in ("partition", "slot", "run_id"):
+        assert f"{label}=" not in text
+    events = [json.loads(line) for line in proc.output().splitlines() if line.strip()]
+    claimed = [e for e in events if e["event"] == "job_claimed"]
+    assert claimed and {"job", "slot", "partition", "run_id", "attempt", "fence", "trigger"} <= set(claimed[0])
+    assert claimed[0]["job"] == "tick" and claimed[0]["partition"] in ("a", "b", "c")
+    succeeded = [e for e in events if e["event"] == "attempt_succeeded"]
+    assert {e["run_id"] for e in succeeded} >= {e["run_id"] for e in claimed[:3]}
+    assert any(e["event"] == "runner_stopped" for e in events)
+
+
+def test_no_output_shows_the_password(tmp_path: Path) -> None:
+    from tests.support import run_cli
+
+    url = "postgresql://someone:hunter2-secret@127.0.0.1:5432/nope"
+    for args in (["start", "--app", "tests/apps/hello.py:app"], ["runs"], ["db", "current"], ["db", "upgrade"]):
+        out = run_cli(*args, url=url)
+        assert out.returncode == 1
+        assert "hunter2" not in out.stdout + out.stderr
+        assert "***" in out.stderr or "someone" in out.stderr or "connect" in out.stderr
