@@ -63,6 +63,7 @@ class JobDef:
     grace: timedelta = timedelta(seconds=60)
     max_catch_up: int = 10
     max_catch_up_age: timedelta | None = None
+    stale_after: timedelta | None = None  # runner.alerts: no success for longer than this
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -174,6 +175,7 @@ class Runner:
         grace: str | int | float | timedelta = "60s",
         max_catch_up: int = 10,
         max_catch_up_age: str | int | float | timedelta | None = None,
+        stale_after: str | int | float | timedelta | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of job ``name``."""
         job = self._define(
@@ -195,6 +197,7 @@ class Runner:
             grace=grace,
             max_catch_up=max_catch_up,
             max_catch_up_age=max_catch_up_age,
+            stale_after=stale_after,
         )
 
         def register(handler: Handler) -> Handler:
@@ -270,6 +273,8 @@ class Runner:
             grace=grace,
             max_catch_up=max_catch_up,
             max_catch_up_age=max_age,
+            stale_after=(None if kw["stale_after"] is None
+                         else _interval_of(job, "stale_after", kw["stale_after"])),
             handler=_no_handler,
             schedule=schedule,
             partitions=partitions,

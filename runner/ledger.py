@@ -127,6 +127,7 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
                 "max_catch_up_age_seconds": (job.max_catch_up_age.total_seconds()
                                              if job.max_catch_up_age else None),
                 "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
+                "stale_after_seconds": job.stale_after.total_seconds() if job.stale_after else None,
             }
             params = {
                 "job_name": job.name,

@@ -6,7 +6,7 @@ run id or a partition, whose number grows without bound.
 | metric | type | labels |
 |---|---|---|
 | runner_runs_started_total | counter | job, trigger |
-| runner_runs_completed_total | counter | job, status (succeeded, failed, dead, timed_out, released, refused) |
+| runner_runs_completed_total | counter | job, status (succeeded failed dead timed_out released refused) |
 | runner_run_duration_seconds | histogram | job |
 | runner_schedule_lag_seconds | histogram | job (attempt start minus slot instant, schedule trigger) |
 | runner_claim_conflicts_total | counter | job |

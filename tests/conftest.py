@@ -129,3 +129,16 @@ def empty_db_url() -> Iterator[str]:
     janitor.drop()
     with janitor:
         yield url_for(f"runner_test_empty_{os.getpid()}")
+
+
+@pytest.fixture(scope="session")
+def db_roles(postgresql_server: Any) -> Iterator[Any]:
+    """sql/roles.sql applied under role names unique to this test session (tests/dbroles.py);
+    the roles are dropped when the session ends."""
+    from tests.dbroles import SessionRoles
+
+    roles = SessionRoles()
+    try:
+        yield roles
+    finally:
+        roles.drop(url_for("postgres"))

@@ -15,7 +15,15 @@ branch_labels = None
 depends_on = None
 
 # applied in this order on upgrade; tables first, then functions and views that use them
-UPGRADE = ["revisions/0003_time.sql"]
+UPGRADE = [
+    "revisions/0003_time.sql",
+    # the gap scan: slot expansion, the view, the watermark advance
+    "functions/cron_slots_v1.sql",
+    "functions/every_slots_v1.sql",
+    "functions/schedule_slots_v1.sql",
+    "views/missing_slots.sql",
+    "functions/advance_watermarks_v1.sql",
+]
 DOWNGRADE = ["revisions/0003_time.down.sql"]
 
 

@@ -15,7 +15,7 @@ branch_labels = None
 depends_on = None
 
 # applied in this order on upgrade; tables first, then functions and views that use them
-UPGRADE = ["revisions/0004_operators.sql"]
+UPGRADE = ["revisions/0004_operators.sql", "views/job_health.sql", "views/alerts.sql"]
 DOWNGRADE = ["revisions/0004_operators.down.sql"]
 
 

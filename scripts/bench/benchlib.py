@@ -61,11 +61,13 @@ def dsn_for(dsn: str, dbname: str) -> str:
 
 
 def dbname_of(dsn: str) -> str:
-    return conninfo_to_dict(dsn).get("dbname") or "postgres"
+    return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
 
 
 def recreate_database(admin_dsn: str, name: str) -> str:
     """Drop (if present) and create database `name`; return a DSN for it."""
+    if dbname_of(admin_dsn) == name:
+        raise BenchError(f"--dsn must name another database than the scratch one ({name})")
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -73,6 +75,9 @@ def recreate_database(admin_dsn: str, name: str) -> str:
 
 
 def drop_database(admin_dsn: str, name: str) -> None:
+    if os.environ.get("BENCH_KEEP_DB"):  # debugging: look at the peer's tables afterwards
+        print(f"(database {name} kept)", file=sys.stderr)
+        return
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
@@ -212,7 +217,10 @@ def run_helper(argv: Sequence[str], timeout: float = 300.0) -> dict[str, Any]:
     """Run a short-lived helper subprocess that prints one JSON object as its last stdout line."""
     proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise BenchError(f"helper failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr[-3000:]}")
+        hint = ""
+        if "ModuleNotFoundError" in proc.stderr:
+            hint = f"\n(no peer in {argv[0]}: run scripts/bench/setup_peers.sh, or set BENCH_VENV)"
+        raise BenchError(f"helper failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr[-3000:]}{hint}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if not lines:
         return {}
@@ -321,6 +329,8 @@ def environment(dsn: str) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "postgres": server_version(dsn),
         "host": platform.node(),
+        # Other work on the machine skews every figure: note how busy it was when we started.
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -329,7 +339,12 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[str(h) for h in headers]] + [[fmt(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if n and i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                c.rjust(w) if n and i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if n == 0:
             print("  ".join("-" * w for w in widths))
 

@@ -37,10 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import psycopg  # noqa: E402
-
-import benchlib  # noqa: E402
-from benchlib import BenchError  # noqa: E402
+import benchlib
+import psycopg
+from benchlib import BenchError
 
 HERE = Path(__file__).resolve().parent
 WORKERS = 2
@@ -70,7 +69,7 @@ class ThroughputTarget:
     peer: str = "?"
     database: str = "bench_throughput"
     barrier: bool = True
-    params: dict[str, Any] = {}
+    params: dict[str, Any] = {}  # noqa: RUF012 - read-only default, instances assign their own
 
     def setup(self, dsn: str, jobs: int) -> dict[str, Any]:
         raise NotImplementedError
@@ -96,7 +95,9 @@ class PgqueuerTarget(ThroughputTarget):
 
     def setup(self, dsn: str, jobs: int) -> dict[str, Any]:
         script = str(HERE / "worker_pgqueuer.py")
-        return benchlib.run_helper([benchlib.bench_python(), script, "setup-throughput", "--dsn", dsn, "--jobs", str(jobs)])
+        return benchlib.run_helper(
+            [benchlib.bench_python(), script, "setup-throughput", "--dsn", dsn, "--jobs", str(jobs)]
+        )
 
     def worker_argv(self, dsn: str, index: int) -> list[str]:
         script = str(HERE / "worker_pgqueuer.py")
@@ -130,20 +131,33 @@ class ProcrastinateTarget(ThroughputTarget):
 
     def setup(self, dsn: str, jobs: int) -> dict[str, Any]:
         script = str(HERE / "worker_procrastinate.py")
-        return benchlib.run_helper([benchlib.bench_python(), script, "setup-throughput", "--dsn", dsn, "--jobs", str(jobs)])
+        return benchlib.run_helper(
+            [benchlib.bench_python(), script, "setup-throughput", "--dsn", dsn, "--jobs", str(jobs)]
+        )
 
     def worker_argv(self, dsn: str, index: int) -> list[str]:
         script = str(HERE / "worker_procrastinate.py")
-        return [benchlib.bench_python(), script, "drain", "--dsn", dsn, "--concurrency", str(self.concurrency)]
+        return [
+            benchlib.bench_python(),
+            script,
+            "drain",
+            "--dsn",
+            dsn,
+            "--concurrency",
+            str(self.concurrency),
+        ]
 
     def remaining(self, conn: psycopg.Connection) -> int:
-        row = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+        ).fetchone()
         return int(row[0]) if row else 0
 
     def outcome(self, conn: psycopg.Connection) -> Outcome:
         row = conn.execute(
             """SELECT (SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'),
-                      (SELECT count(*) FROM procrastinate_jobs WHERE status IN ('failed', 'aborted', 'cancelled')),
+                      (SELECT count(*) FROM procrastinate_jobs
+                        WHERE status IN ('failed', 'aborted', 'cancelled')),
                       (SELECT min(at) FROM procrastinate_events WHERE type = 'started'),
                       (SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded')"""
         ).fetchone()
@@ -210,7 +224,9 @@ def measure(
                     # long-lived one; without them a peer's dequeue plan can be far off (README).
                     conn.execute("ANALYZE")
                 if target.remaining(conn) != jobs:
-                    raise BenchError(f"{name}: expected {jobs} queued jobs after setup, found {target.remaining(conn)}")
+                    raise BenchError(
+                        f"{name}: expected {jobs} queued jobs after setup, found {target.remaining(conn)}"
+                    )
                 for i in range(workers):
                     group.spawn(target.worker_argv(db_dsn, i))
                 if target.barrier:
@@ -259,8 +275,12 @@ def run_peer_throughput(name: str, jobs: int = 10_000, dsn: str = benchlib.DEFAU
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=10_000, help="no-op jobs per run (default 10000)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per target; the median is reported (default 3)")
-    parser.add_argument("--dsn", default=benchlib.DEFAULT_DSN, help="admin DSN; bench databases are created beside it")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per target; the median is reported (default 3)"
+    )
+    parser.add_argument(
+        "--dsn", default=benchlib.DEFAULT_DSN, help="admin DSN; bench databases are created beside it"
+    )
     parser.add_argument(
         "--targets",
         nargs="+",
@@ -275,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="skip the ANALYZE between enqueue and start (cold planner statistics)",
     )
-    parser.add_argument("--json", action="store_true", help="print results as JSON on stdout (progress on stderr)")
+    parser.add_argument(
+        "--json", action="store_true", help="print results as JSON on stdout (progress on stderr)"
+    )
     args = parser.parse_args(argv)
     names = args.targets or list(DEFAULT_TARGETS)
     for name in names:

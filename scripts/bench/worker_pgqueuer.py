@@ -3,7 +3,7 @@
     worker_pgqueuer.py setup-throughput --dsn DSN --jobs N   install schema, enqueue N no-op jobs
     worker_pgqueuer.py drain --dsn DSN --batch-size B        a worker (QueueManager) draining them
     worker_pgqueuer.py setup-lag --dsn DSN                   install schema + the pick probe
-    worker_pgqueuer.py schedule --dsn DSN --schedules N --record FILE
+    worker_pgqueuer.py schedule --dsn DSN --schedules N --record FILE [--cron EXPR]
                                                              a SchedulerManager with N schedules
 
 Always through pgqueuer's psycopg driver (PsycopgDriver over psycopg.AsyncConnection), never
@@ -18,14 +18,12 @@ import json
 import signal
 import sys
 import time
-from datetime import timedelta
 from importlib.metadata import version
 
+import benchlib
 import psycopg
 from pgqueuer import PsycopgDriver, Queries, QueueManager, SchedulerManager
 from pgqueuer.models import Job, Schedule
-
-import benchlib
 
 ENTRYPOINT = "bench_noop"
 EVERY_SECOND = "* * * * * *"  # croniter's optional 6th field is seconds
@@ -89,13 +87,13 @@ async def drain(dsn: str, batch_size: int) -> None:
         await conn.close()
 
 
-async def schedule(dsn: str, schedules: int, record: str) -> None:
+async def schedule(dsn: str, schedules: int, record: str, cron: str) -> None:
     conn = await connect(dsn)
     sm = SchedulerManager(Queries(PsycopgDriver(conn)))
     log = benchlib.StartLog(record)
 
     def register(name: str) -> None:
-        @sm.schedule(name, EVERY_SECOND)
+        @sm.schedule(name, cron)
         async def tick(schedule: Schedule) -> None:
             log.record(schedule.id, None, time.time())
 
@@ -125,6 +123,7 @@ def main() -> None:
     p.add_argument("--dsn", required=True)
     p.add_argument("--schedules", type=int, required=True)
     p.add_argument("--record", required=True)
+    p.add_argument("--cron", default=EVERY_SECOND)
     args = parser.parse_args()
 
     if args.cmd == "setup-throughput":
@@ -134,7 +133,7 @@ def main() -> None:
     elif args.cmd == "drain":
         asyncio.run(drain(args.dsn, args.batch_size))
     elif args.cmd == "schedule":
-        asyncio.run(schedule(args.dsn, args.schedules, args.record))
+        asyncio.run(schedule(args.dsn, args.schedules, args.record, args.cron))
     else:  # pragma: no cover
         sys.exit(f"unknown command {args.cmd}")
 

@@ -3,7 +3,7 @@
     worker_procrastinate.py setup-throughput --dsn DSN --jobs N   apply schema, defer N no-op jobs
     worker_procrastinate.py drain --dsn DSN [--concurrency C]     a worker draining them
     worker_procrastinate.py setup-lag --dsn DSN                   apply schema
-    worker_procrastinate.py schedule --dsn DSN --schedules N --record FILE [--concurrency C]
+    worker_procrastinate.py schedule --dsn DSN --schedules N --record FILE [--concurrency C] [--cron EXPR]
                                        a worker with N periodic tasks (its periodic deferrer
                                        runs inside the worker, as in procrastinate's design)
 
@@ -20,9 +20,8 @@ import logging
 import time
 from importlib.metadata import version
 
-from procrastinate import App, PsycopgConnector
-
 import benchlib
+from procrastinate import App, PsycopgConnector
 
 EVERY_SECOND = "* * * * * *"  # procrastinate: "optionally add a 6th column for seconds"
 
@@ -58,7 +57,7 @@ async def drain(dsn: str, concurrency: int) -> None:
         await app.run_worker_async(concurrency=concurrency, install_signal_handlers=True)
 
 
-async def schedule(dsn: str, schedules: int, record: str, concurrency: int) -> None:
+async def schedule(dsn: str, schedules: int, record: str, concurrency: int, cron: str) -> None:
     app = make_app(dsn)
     log = benchlib.StartLog(record)
 
@@ -67,7 +66,7 @@ async def schedule(dsn: str, schedules: int, record: str, concurrency: int) -> N
         log.record(sid, timestamp, time.time())
 
     for i in range(schedules):
-        app.periodic(cron=EVERY_SECOND, periodic_id=f"s{i:04d}", task_kwargs={"sid": i})(tick)
+        app.periodic(cron=cron, periodic_id=f"s{i:04d}", task_kwargs={"sid": i})(tick)
 
     async with app.open_async():
         await benchlib.barrier()
@@ -89,6 +88,7 @@ def main() -> None:
     p.add_argument("--dsn", required=True)
     p.add_argument("--schedules", type=int, required=True)
     p.add_argument("--record", required=True)
+    p.add_argument("--cron", default=EVERY_SECOND)
     p.add_argument("--concurrency", type=int, default=1)
     args = parser.parse_args()
 
@@ -101,7 +101,7 @@ def main() -> None:
     elif args.cmd == "drain":
         asyncio.run(drain(args.dsn, args.concurrency))
     elif args.cmd == "schedule":
-        asyncio.run(schedule(args.dsn, args.schedules, args.record, args.concurrency))
+        asyncio.run(schedule(args.dsn, args.schedules, args.record, args.concurrency, args.cron))
 
 
 if __name__ == "__main__":

@@ -116,6 +116,11 @@ WITH clock AS (
       AND r.next_attempt_at <= c.now
       AND r.job_name = ANY(%(job_names)s::text[])
       AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name AND j.paused)
+      -- runs of an unfinished backfill plan are the backfill lane's (runner/backfill.py), except
+      -- an operator's rerun of one (trigger manual)
+      AND (r.replay_group_id IS NULL OR r.trigger = 'manual' OR NOT EXISTS (
+              SELECT 1 FROM runner.backfills b WHERE b.replay_group_id = r.replay_group_id
+                AND b.status IN ('planned', 'running', 'paused')))
       -- late slots replayed (trigger catch_up) run oldest first, one at a time per job and
       -- partition
       AND (r.trigger <> 'catch_up' OR NOT EXISTS (
