@@ -20,9 +20,12 @@ if TYPE_CHECKING:
 
 Handler: TypeAlias = "Callable[[JobContext], object]"
 PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
+# a results check (runner/backfill.py): (conn, window_start, window_end, partition) -> outcome
+VerifyFn: TypeAlias = Callable[[Any, datetime, datetime, str], object]
 
 _MAX_NAME = 200
 MISFIRE_POLICIES = ("skip", "coalesce", "replay", "manual")
+OVERLAP_POLICIES = ("allow", "skip", "wait")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -64,6 +67,8 @@ class JobDef:
     max_catch_up: int = 10
     max_catch_up_age: timedelta | None = None
     stale_after: timedelta | None = None  # runner.alerts: no success for longer than this
+    overlap: str = "allow"
+    verify: VerifyFn | str | None = None  # a results check: callable or SQL (runner/backfill.py)
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,6 +181,8 @@ class Runner:
         max_catch_up: int = 10,
         max_catch_up_age: str | int | float | timedelta | None = None,
         stale_after: str | int | float | timedelta | None = None,
+        overlap: str = "allow",
+        verify: VerifyFn | str | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of job ``name``."""
         job = self._define(
@@ -198,6 +205,8 @@ class Runner:
             max_catch_up=max_catch_up,
             max_catch_up_age=max_catch_up_age,
             stale_after=stale_after,
+            overlap=overlap,
+            verify=verify,
         )
 
         def register(handler: Handler) -> Handler:
@@ -265,8 +274,19 @@ class Runner:
         max_age = None
         if kw["max_catch_up_age"] is not None:
             max_age = _interval_of(job, "max_catch_up_age", kw["max_catch_up_age"])
+        if kw["overlap"] not in OVERLAP_POLICIES:
+            raise JobDefinitionError(
+                job, "overlap", f"must be one of {', '.join(OVERLAP_POLICIES)}, got {kw['overlap']!r}")
+        verify = kw["verify"]
+        if isinstance(verify, str) and not verify.strip():
+            raise JobDefinitionError(job, "verify", "an empty SQL check")
+        if verify is not None and not (isinstance(verify, str) or callable(verify)):
+            raise JobDefinitionError(job, "verify", "give a callable (conn, window_start, window_end, "
+                                                    "partition) or a SQL string")
         return JobDef(
             name=job,
+            verify=verify,
+            overlap=kw["overlap"],
             timeout=timeout,
             lease=lease,
             misfire=kw["misfire"],

@@ -53,6 +53,7 @@ class SlotClaim:
     window_start: datetime
     window_end: datetime
     idempotency_key: str
+    overlap: str = "allow"
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,15 @@ def claim_slots(
 ) -> tuple[datetime, list[ClaimedRun]]:
     """Claim many slot x partitions in one statement; returns the database clock and the
     runs this process won."""
+    db_now, runs, _ = claim_slots_waiting(conn, owner, claims, now)
+    return db_now, runs
+
+
+def claim_slots_waiting(
+    conn: psycopg.Connection[Any], owner: Owner, claims: Sequence[SlotClaim], now: datetime | None = None
+) -> tuple[datetime, list[ClaimedRun], set[tuple[str, datetime, str]]]:
+    """``claim_slots``, also returning the (job, slot, partition) rows left waiting for an
+    earlier slot of the same job and partition (overlap='wait')."""
     params = {
         **owner.params(),
         "now": now,
@@ -182,8 +192,13 @@ def claim_slots(
         "window_starts": [c.window_start for c in claims],
         "window_ends": [c.window_end for c in claims],
         "idempotency_keys": [c.idempotency_key for c in claims],
+        "overlaps": [c.overlap for c in claims],
     }
-    return _claimed(conn.execute(Q["claim_slots"], params).fetchall())
+    rows = conn.execute(Q["claim_slots"], params).fetchall()
+    now_, runs = _claimed([row[:14] for row in rows])
+    jobs, slots, parts = rows[0][14:17]
+    waiting = set(zip(jobs, map(_utc, slots), parts, strict=True)) if jobs else set()
+    return now_, runs, waiting
 
 
 def claim_due_runs(

@@ -54,7 +54,7 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, ledger, misfire, takeover
+from runner import __version__, backfill, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import JobContext, crash_point, error_text, execute, failure
 from runner.errors import AttemptTimedOut
@@ -163,6 +163,7 @@ class Worker:
         self._active_lock = threading.Lock()
         self._inflight = 0
         self._pending: deque[SlotClaim] = deque()
+        self._waiting: list[SlotClaim] = []  # overlap='wait' slots, retried every poll
         self._next_slot: dict[str, datetime] = {}
         self._misfire_due: set[str] = set()
         self._offset = 0.0  # database clock minus local clock, seconds
@@ -278,6 +279,12 @@ class Worker:
         mono = time.monotonic()
         if mono >= self._next_poll:
             self._next_poll = mono + self.config.poll_interval
+            if self._waiting:  # back in line; late ones become the misfire duty's
+                cutoffs = {n: misfire.cutoff_for(j, self.now()) for n, j in self.jobs.items()}
+                late = {c.job_name for c in self._waiting if c.slot <= cutoffs[c.job_name]}
+                self._misfire_due |= late
+                self._pending.extend(c for c in self._waiting if c.slot > cutoffs[c.job_name])
+                self._waiting = []
             result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
                                        default_lease=60.0)
             self.stats["recovered"] += len(result.taken)
@@ -287,6 +294,10 @@ class Worker:
             if self._free() > 0:
                 _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
                 self._start(runs)
+            # -- backfill lane (runner/backfill.py): below realtime. After this tick's slots,
+            # takeovers and retries, and with at most half of the free capacity, so due
+            # realtime slots are never kept waiting by backfill work. Also pauses/completes plans.
+            self._start(backfill.run_once(self._conn(), self.owner, self.jobs, self._free() // 2))
         if mono >= self._next_beat:
             self._next_beat = mono + self._beat_every
             with self._active_lock:
@@ -343,7 +354,7 @@ class Worker:
         business_date = job.schedule.business_date(start)
         return [
             SlotClaim(job.name, slot, key, business_date, start, end,
-                      idempotency_key(job.name, start, end, key, job.version))
+                      idempotency_key(job.name, start, end, key, job.version), job.overlap)
             for key in keys
         ]
 
@@ -351,22 +362,25 @@ class Worker:
         """Claim up to ``limit`` pending slots in one statement; start the runs won."""
         batch = [self._pending.popleft() for _ in range(min(limit, len(self._pending)))]
         try:
-            db_now, runs = ledger.claim_slots(self._conn(), self.owner, batch)
+            db_now, runs, waiting = ledger.claim_slots_waiting(self._conn(), self.owner, batch)
         except psycopg.OperationalError:
             self._pending.extendleft(reversed(batch))  # nothing is lost: claim them later
             raise
+        if waiting:  # overlap='wait': an earlier slot still runs; try again on a later pass
+            self._waiting.extend(c for c in batch if (c.job_name, c.slot, c.partition_key) in waiting)
         early = [c for c in batch if c.slot > db_now]
         if early:  # our clock ran ahead of the database's: retry those when they are due
             self._pending.extendleft(reversed(early))
             self._offset -= (early[0].slot - db_now).total_seconds() / 2
         won = len(runs)
-        lost = len(batch) - len(early) - won
+        lost = len(batch) - len(early) - won - len(waiting)
         self.stats["claimed"] += won
         self.stats["conflicts"] += lost
         if lost:
             won_keys = {(r.job_name, r.slot, r.partition_key) for r in runs}
             for c in batch:
-                if c.slot <= db_now and (c.job_name, c.slot, c.partition_key) not in won_keys:
+                key = (c.job_name, c.slot, c.partition_key)
+                if c.slot <= db_now and key not in won_keys and key not in waiting:
                     self.metrics.conflicts.labels(c.job_name).inc()
                     event(log, "job_claim_skipped", logging.DEBUG, job=c.job_name, slot=c.slot,
                           partition=c.partition_key, reason="another process claimed it")

@@ -66,7 +66,8 @@ def test_claim_is_one_statement_and_exactly_one_process_wins(conns: Any, db_url:
     # the winner's session holds each run's advisory lock under the documented key
     locked = rows(db_url, """
         SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted""")
+        WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())""")
     assert {pid for pid, _ in locked} == {a.info.backend_pid}
     assert {key for _, key in locked} == {k for *_, k in att}
 
@@ -138,9 +139,9 @@ def test_heartbeat_is_fence_checked(conns: Any) -> None:
 def test_unlock_releases_the_session_lock(conns: Any, db_url: str) -> None:
     a, _ = conns
     _, won = ledger.claim_slots(a, owner(), claims("report", T0, ["t1", "t2"]), now=T0)
-    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 2
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())") == 2
     ledger.unlock_runs(a, 21077, [r.id for r in won])
-    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())") == 0
 
 
 def test_sync_records_schedule_history_only_on_change(conns: Any, db_url: str) -> None:

@@ -55,4 +55,4 @@ def test_three_processes_run_each_slot_once(db_url: str, tmp_path: Path) -> None
     assert [a[0] for a in attempts] == ["succeeded"]
     # the processes deregistered and released every lock
     assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0
-    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())") == 0

@@ -66,29 +66,61 @@ SELECT job_name FROM runner.jobs WHERE paused AND job_name = ANY(%(job_names)s::
 -- run owned by this process (status running, attempt 1, fence 1, an attempt row, and the
 -- session advisory lock of this connection) or conflicts with the run another process
 -- made. Rows not yet due by the database clock, and rows of paused jobs, are not inserted.
--- Always returns at least one row (with the database clock) so the caller can tell.
+-- Overlap: a row whose job says overlap 'skip' or 'wait' and whose job and partition has an
+-- earlier slot still running is recorded 'skipped' with the reason (skip) or left for a
+-- later claim (wait; returned in the waiting_* arrays). Always returns at least one row
+-- (with the database clock) so the caller can tell.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), input AS (
     SELECT *
     FROM unnest(%(job_names)s::text[], %(slots)s::timestamptz[], %(partition_keys)s::text[],
                 %(business_dates)s::date[], %(window_starts)s::timestamptz[],
-                %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[])
+                %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[],
+                %(overlaps)s::text[])
          AS t(job_name, schedule_slot, partition_key, business_date, window_start, window_end,
-              idempotency_key)
+              idempotency_key, overlap)
+), due AS (
+    SELECT i.*, row_number() OVER (PARTITION BY i.job_name, i.partition_key
+                                   ORDER BY i.schedule_slot) AS nth
+    FROM input i CROSS JOIN clock c
+    WHERE i.schedule_slot <= c.now
+      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name AND j.paused)
+), checked AS (
+    -- busy_with: the running run of an earlier slot, or -1 for an earlier slot in this claim
+    SELECT i.*,
+           CASE WHEN i.overlap = 'allow' THEN NULL
+                WHEN i.nth > 1 THEN -1
+                ELSE (SELECT x.id FROM runner.job_runs x
+                      WHERE x.job_name = i.job_name AND x.status = 'running'
+                        AND x.partition_key = i.partition_key
+                        AND x.schedule_slot < i.schedule_slot
+                      ORDER BY x.schedule_slot LIMIT 1) END AS busy_with
+    FROM due i
 ), claimed AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
         status, trigger, attempt, fence, idempotency_key, scheduled_at, started_at, updated_at)
     SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
            i.window_end, 'running', 'schedule', 1, 1, i.idempotency_key, c.now, c.now, c.now
-    FROM input i CROSS JOIN clock c
-    WHERE i.schedule_slot <= c.now
-      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name AND j.paused)
+    FROM checked i CROSS JOIN clock c
+    WHERE i.busy_with IS NULL
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
     RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
               r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
               r.uncounted_attempts, r.started_at
+), skipped AS (
+    INSERT INTO runner.job_runs AS r (
+        job_name, schedule_slot, partition_key, business_date, window_start, window_end,
+        status, trigger, idempotency_key, scheduled_at, finished_at, status_reason, updated_at)
+    SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
+           i.window_end, 'skipped', 'schedule', i.idempotency_key, c.now, c.now,
+           CASE WHEN i.busy_with = -1 THEN 'overlap=skip: an earlier slot started in the same claim'
+                ELSE 'overlap=skip: run ' || i.busy_with || ' of an earlier slot was still running'
+           END, c.now
+    FROM checked i CROSS JOIN clock c
+    WHERE i.busy_with IS NOT NULL AND i.overlap = 'skip'
+    ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
 ), attempt AS (
     INSERT INTO runner.attempts (
         run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
@@ -96,13 +128,19 @@ WITH clock AS (
     SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
            runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
     FROM claimed
+), waiting AS (
+    SELECT array_agg(job_name) AS job_names, array_agg(schedule_slot) AS slots,
+           array_agg(partition_key) AS partition_keys
+    FROM checked WHERE busy_with IS NOT NULL AND overlap = 'wait'
 )
 SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
        k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
        k.uncounted_attempts,
        CASE WHEN k.id IS NULL THEN NULL
-            ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
-FROM clock c LEFT JOIN claimed k ON true
+            ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked,
+       w.job_names AS waiting_jobs, w.slots AS waiting_slots, w.partition_keys AS waiting_partitions
+FROM clock c CROSS JOIN waiting w
+LEFT JOIN claimed k ON true
 
 -- name: claim_due_runs
 -- Runs waiting for their next attempt (failed, due for a retry) or queued (pending: reruns,
