@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import date, datetime, timedelta
@@ -20,8 +21,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
-from runner import ledger, migrate, operate
+from runner import approvals, backfill, ledger, migrate, operate
 from runner.errors import JobDefinitionError
 from runner.loader import load_app
 from runner.settings import ConfigError, DatabaseChoice, choose_database, lock_namespace, redact
@@ -581,6 +583,376 @@ def resume(
 ) -> None:
     """Let a paused job start new runs again; audited."""
     _pause_or_resume(job, False, reason, by, yes, as_json, database_url)
+
+
+# == backfills and approvals (logic in runner/backfill.py and runner/approvals.py) =========
+
+
+class _BackfillGroup(TyperGroup):
+    """``runner backfill JOB ...`` creates a plan, ``runner backfill list|show|pause|resume|
+    cancel`` act on plans: a first word that names no command is the JOB of the implicit
+    ``create`` (so a job named like a command needs ``runner backfill create JOB``)."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["create", *args]
+        return super().resolve_command(ctx, args)
+
+
+backfill_app = typer.Typer(
+    cls=_BackfillGroup, no_args_is_help=True,
+    help="Throttled re-execution of a range of slots: `runner backfill JOB --from A --to B "
+         "--reason R`, and `runner backfill list|show|pause|resume|cancel`.")
+app.add_typer(backfill_app, name="backfill")
+
+PLAN_STATUSES = ("planned", "running", "paused", "cancelled", "completed")
+
+
+def _when(value: str, name: str) -> datetime:
+    parsed = _parse_time(value, name)
+    assert parsed is not None
+    return parsed
+
+
+def _plural(count: int, what: str) -> str:
+    return f"{count} {what}" if count == 1 else f"{count} {what}s"
+
+
+def _states(states: dict[str, int], keys: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {states[k]}" for k in keys if states.get(k))
+
+
+def _show_impact(planned: backfill.BackfillPlan) -> None:
+    s, spec = planned.summary(), planned.spec
+    parts = (f" x partitions {', '.join(map(repr, planned.partitions))}" if planned.partitions
+             else "")
+    typer.echo(f"backfill of job {spec.job_name!r}: {_plural(planned.slot_count, 'slot')} in "
+               f"[{spec.range_from.isoformat()}, {spec.range_to.isoformat()}){parts}: "
+               f"{_plural(s['expected_runs'], 'run')}")
+    typer.echo(f"  already succeeded: {s['already_succeeded']}"
+               + ((" (forced: each gets a new attempt)" if spec.force
+                   else " (left alone; --force runs them again)") if s["already_succeeded"] else ""))
+    typer.echo(f"  no run yet:        {s['will_insert']} (inserted, pending)")
+    requeue = _states(planned.states, backfill.REQUEUED)
+    typer.echo(f"  run again:         {s['will_requeue']}" + (f" ({requeue}): a new attempt of the same run"
+                                                              if requeue else ""))
+    alone = {k: v for k, v in s["left_alone"].items() if k != "succeeded"}
+    if alone:
+        typer.echo(f"  left alone:        {_states(alone, list(alone))} (running or queued already, "
+                   "or in another backfill)")
+        for run in planned.running:
+            typer.echo(f"    running: run {run['id']} slot {run['schedule_slot'].isoformat()}"
+                       + (f" partition {run['partition_key']!r}" if run["partition_key"] else "")
+                       + f" (attempt {run['attempt']}, fence {run['fence']})")
+    if planned.effects is not None:
+        effects = ", ".join(f"{k} {v}" for k, v in sorted(planned.effects.items()))
+        typer.echo(f"  effects recorded:  {effects or 'none'}"
+                   + (" (a confirmed effect is never sent again)" if effects else ""))
+    limits = [f"lane {spec.lane!r}", f"concurrency {spec.concurrency}",
+              f"rate {spec.rate:g}/s" if spec.rate else "rate unlimited",
+              f"pause after {spec.max_failures} failure(s)" if spec.max_failures is not None
+              else "no failure threshold"]
+    typer.echo(f"  runs with: {', '.join(limits)}")
+    if spec.pause_when:
+        typer.echo(f"  pauses when: {spec.pause_when}  (now: {planned.pause_when_now})")
+
+
+@backfill_app.command("create")
+def backfill_create(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    range_from: Annotated[str, typer.Option("--from", help="first slots at or after (ISO 8601 with offset)")],
+    range_to: Annotated[str, typer.Option("--to", help="slots before (ISO 8601 with offset)")],
+    reason: Annotated[str | None, typer.Option(
+        "--reason", help="why (required unless --dry-run; kept in runner.requests)")] = None,
+    partition: Annotated[list[str] | None, typer.Option(
+        "--partition", help="only these partitions (repeatable; default: the job's)")] = None,
+    by: ByOpt = None,
+    lane: Annotated[str, typer.Option(help="the lane its runs are tagged with")] = "backfill",
+    concurrency: Annotated[int, typer.Option(min=1, help="runs of the plan running at once, at most")] = 1,
+    rate: Annotated[float | None, typer.Option(help="runs started per second, at most (default: unlimited)")]
+    = None,
+    max_failures: Annotated[int, typer.Option(
+        min=0, help="pause when more runs than this are failed or dead")] = 10,
+    pause_when: Annotated[str | None, typer.Option(
+        help="pause when this SQL returns true (run read-only, with a 2 s timeout)")] = None,
+    force: Annotated[bool, typer.Option(help="run again slots that already succeeded")] = False,
+    dry_run: Annotated[bool, typer.Option(help="show the impact; write nothing")] = False,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    app_spec: AppOpt = None,
+    database_url: DbOpt = None,
+) -> None:
+    """Plan a backfill of JOB over [--from, --to): shows the impact, asks, writes the plan."""
+    start_at, end_at = _when(range_from, "--from"), _when(range_to, "--to")
+    if reason is None and not dry_run:
+        fail("missing option '--reason' (why; kept in runner.requests)", 2)
+    why = _reason(reason) if reason is not None else ""
+    if rate is not None and not rate > 0:
+        fail("--rate must be above 0 (runs per second)", 2)
+    with _errors():
+        runner_app = load_app(app_spec)
+        job_def = runner_app.jobs.get(job)
+        if job_def is None:
+            raise ConfigError(f"the app {app_spec!r} defines no job {job!r}")
+        _, conn = _open_ledger(database_url)
+        spec = backfill.Spec(job_name=job, range_from=start_at, range_to=end_at,
+                             partitions=tuple(partition or ()), lane=lane, concurrency=concurrency,
+                             rate=rate, max_failures=max_failures, pause_when=pause_when, force=force)
+        planned = backfill.plan(conn, job_def, spec)
+        if dry_run:
+            conn.close()
+            if as_json:
+                _print_value({"dry_run": True, **planned.summary()})
+            else:
+                _show_impact(planned)
+                typer.echo("dry run: nothing written")
+            return
+        if not as_json:
+            _show_impact(planned)
+        _confirm(f"Create this backfill of {_plural(len(planned.expected), 'run')}?", yes)
+        done = backfill.create(conn, planned, why, by)
+        conn.close()
+    plan_row = done["backfill"]
+    if as_json:
+        _print_value({"dry_run": False, **planned.summary(), "backfill": plan_row,
+                      "request": done["request"], "inserted": done["inserted"],
+                      "requeued": len(done["requeued"]), "left_alone": done["left_alone"]})
+    else:
+        typer.echo(f"backfill {plan_row['id']} running (replay group {plan_row['replay_group_id']}): "
+                   f"{done['inserted']} run(s) inserted, {len(done['requeued'])} queued again, "
+                   f"{done['left_alone']} left alone; request {done['request']['id']} by "
+                   f"{done['request']['who']}. Follow it: runner backfill show {plan_row['id']} --follow")
+
+
+@backfill_app.command("list")
+def backfill_list(
+    job: Annotated[str | None, typer.Option(help="only this job's plans")] = None,
+    status: Annotated[list[str] | None, typer.Option(help="only these statuses (repeatable)")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """The backfill plans, newest first, with their progress."""
+    for s in status or []:
+        if s not in PLAN_STATUSES:
+            fail(f"--status must be one of {', '.join(PLAN_STATUSES)}; got {s!r}", 2)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        plans = backfill.list_plans(conn, job, status, limit)
+        conn.close()
+    if as_json:
+        _print_json(plans)
+        return
+    rows = [{**p, "range": f"{p['range_from'].isoformat()} .. {p['range_to'].isoformat()}",
+             "done": f"{p['succeeded']}/{p['expected_runs']}",
+             "rate": "" if p["rate"] is None else f"{p['rate']:g}/s"} for p in plans]
+    _print_table("backfills", rows, ["id", "job_name", "status", "range", "done", "running", "queued",
+                                     "failures", "concurrency", "rate", "verify_status", "pause_reason",
+                                     "requested_by", "created_at"])
+
+
+def _verify_line(plan: dict[str, Any]) -> str:
+    status = plan["verify_status"]
+    if status is None:
+        return ("verification: pending (it runs when the plan completes)"
+                if plan["status"] != "completed" else "verification: running or not recorded yet")
+    if status == "not_configured":
+        return "verification: the job has no verify check (not verified)"
+    checks = (plan["verify_detail"] or {}).get("checks", [])
+    if status == "passed":
+        return f"verified: every check passed ({_plural(len(checks), 'partition check')})"
+    bad = [c for c in checks if c.get("outcome") != "passed"]
+    shown = "; ".join(f"{c.get('partition')!r} {c.get('outcome')}"
+                      + (f": {c['detail']}" if c.get("detail") else "") for c in bad[:5])
+    return f"NOT verified: {status} ({shown})"
+
+
+def _show_progress(progress: backfill.Progress) -> None:
+    p = progress.plan
+    typer.echo(f"backfill {p['id']} of job {p['job_name']!r}: {p['status']}"
+               + (f" ({p['pause_reason']})" if p["pause_reason"] else ""))
+    typer.echo(f"  range [{p['range_from'].isoformat()}, {p['range_to'].isoformat()})"
+               + (f", partitions {', '.join(map(repr, p['partitions']))}" if p["partitions"] else "")
+               + f"; replay group {p['replay_group_id']}, lane {p['lane']!r}")
+    typer.echo(f"  concurrency {p['concurrency']}, "
+               + (f"rate {p['rate']:g}/s" if p["rate"] is not None else "rate unlimited")
+               + (f", pause after {p['max_failures']} failure(s)" if p["max_failures"] is not None else "")
+               + (f", pause when: {p['pause_when']}" if p["pause_when"] else "")
+               + (", forced" if p["force"] else ""))
+    typer.echo(f"  progress: {progress.done}/{progress.total} done ("
+               + ", ".join(f"{k} {v}" for k, v in sorted(progress.counts.items())) + ")")
+    typer.echo(f"  requested by {p['requested_by']} at {p['created_at'].isoformat(timespec='seconds')}: "
+               f"{p['reason']}")
+    typer.echo(f"  {_verify_line(p)}")
+    if progress.failures:
+        _print_table("failed and dead runs (newest first)", progress.failures,
+                     ["id", "schedule_slot", "partition_key", "status", "attempt", "last_error"])
+
+
+def _follow(conn: psycopg.Connection[Any], plan_id: int) -> backfill.Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    progress = backfill.show(conn, plan_id)
+    with Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+             console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"backfill {plan_id}", total=progress.total)
+        while True:
+            counts = progress.counts
+            bar.update(task, total=progress.total, completed=progress.done,
+                       description=f"backfill {plan_id} {progress.plan['status']}: running "
+                                   f"{counts.get('running', 0)}, failed {counts.get('failed', 0)}, "
+                                   f"dead {counts.get('dead', 0)}")
+            if progress.plan["status"] in ("completed", "cancelled", "paused"):
+                return progress
+            time.sleep(1.0)  # the display's refresh interval
+            progress = backfill.show(conn, plan_id)
+
+
+@backfill_app.command("show")
+def backfill_show(
+    plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
+    follow: Annotated[bool, typer.Option(
+        help="draw a progress bar until the plan is completed, cancelled or paused")] = False,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """One plan: its limits, progress, failures and verification."""
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        progress = _follow(conn, plan_id) if follow else backfill.show(conn, plan_id)
+        conn.close()
+    if as_json:
+        _print_value(progress.as_dict())
+    else:
+        _show_progress(progress)
+
+
+def _plan_action(plan_id: int, verb: str, reason: str, by: str | None, yes: bool, as_json: bool,
+                 database_url: str | None, **extra: Any) -> None:
+    why = _reason(reason)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        before = backfill.show(conn, plan_id)
+        if not as_json:
+            _show_progress(before)
+        _confirm(f"{verb.capitalize()} backfill {plan_id}?", yes)
+        if verb == "pause":
+            done = backfill.pause(conn, plan_id, why, by)
+        elif verb == "resume":
+            done = backfill.resume(conn, plan_id, why, by, **extra)
+        else:
+            done = backfill.cancel(conn, plan_id, why, by)
+        after = backfill.show(conn, plan_id)
+        conn.close()
+    if as_json:
+        _print_value({**done, "plan": after.as_dict()})
+        return
+    note = f"; {done['runs_cancelled']} queued run(s) cancelled" if "runs_cancelled" in done else ""
+    typer.echo(f"backfill {plan_id} is {after.plan['status']}{note}; request {done['request']['id']} by "
+               f"{done['request']['who']}")
+    limit = after.plan["max_failures"]
+    failures = after.counts.get("failed", 0) + after.counts.get("dead", 0)
+    if verb == "resume" and limit is not None and failures > limit:
+        typer.echo(f"warning: {failures} failed or dead run(s) > max_failures={limit}: it pauses again "
+                   "at the next pass unless resumed with a higher --max-failures", err=True)
+
+
+@backfill_app.command("pause")
+def backfill_pause(
+    plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
+    reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Pause a plan: its queued runs wait; runs in flight finish. Audited."""
+    _plan_action(plan_id, "pause", reason, by, yes, as_json, database_url)
+
+
+@backfill_app.command("resume")
+def backfill_resume(
+    plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
+    reason: ReasonOpt, by: ByOpt = None,
+    max_failures: Annotated[int | None, typer.Option(
+        min=0, help="a new failure threshold (the old one would pause it again)")] = None,
+    yes: YesOpt = False, as_json: JsonOpt = False, database_url: DbOpt = None,
+) -> None:
+    """Resume a paused plan. Audited."""
+    _plan_action(plan_id, "resume", reason, by, yes, as_json, database_url,
+                 max_failures=max_failures, set_max_failures=max_failures is not None)
+
+
+@backfill_app.command("cancel")
+def backfill_cancel(
+    plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
+    reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Cancel a plan: its runs not started yet are cancelled (with the reason); runs in
+    flight finish. Audited."""
+    _plan_action(plan_id, "cancel", reason, by, yes, as_json, database_url)
+
+
+def _decide(action: str, job: str, slot: str | None, range_from: str | None, range_to: str | None,
+            partition: str | None, reason: str, by: str | None, yes: bool, as_json: bool,
+            database_url: str | None) -> None:
+    if slot is not None and (range_from is not None or range_to is not None):
+        fail("give --slot or --from/--to, not both", 2)
+    if (range_from is None) != (range_to is None):
+        fail("--from and --to go together", 2)
+    why = _reason(reason)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        planned = approvals.plan(conn, action, job, _parse_time(slot, "--slot"),
+                                 _parse_time(range_from, "--from"), _parse_time(range_to, "--to"),
+                                 partition)
+        if not as_json:
+            _print_table(f"awaiting approval: {planned.describe()}", planned.runs,
+                         ["id", "schedule_slot", "partition_key", "trigger", "attempt", "status_reason"])
+            typer.echo("will set them pending (trigger manual), due now, each with a full budget of "
+                       "attempts" if action == "approve" else "will record them skipped, with the reason")
+        _confirm(f"{action.capitalize()} {_plural(len(planned.runs), 'run')} of job {job!r}?", yes)
+        done = approvals.decide(conn, planned, why, by)
+        conn.close()
+    if as_json:
+        _print_value({"action": action, "runs": done["runs"], "left_alone": done["left_alone"],
+                      "request": done["request"]})
+        return
+    verb = "approved: pending, due now" if action == "approve" else "skipped"
+    typer.echo(f"{_plural(len(done['runs']), 'run')} {verb}; request {done['request']['id']} by "
+               f"{done['request']['who']}"
+               + (f"; {len(done['left_alone'])} left alone (no longer awaiting approval)"
+                  if done["left_alone"] else ""))
+
+
+SlotSel = Annotated[str | None, typer.Option("--slot", help="one slot (ISO 8601 with offset)")]
+FromSel = Annotated[str | None, typer.Option("--from", help="slots at or after (ISO 8601 with offset)")]
+ToSel = Annotated[str | None, typer.Option("--to", help="slots before (ISO 8601 with offset)")]
+PartSel = Annotated[str | None, typer.Option("--partition", help="only this partition key")]
+
+
+@app.command()
+def approve(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    reason: ReasonOpt, slot: SlotSel = None, range_from: FromSel = None, range_to: ToSel = None,
+    partition: PartSel = None, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Approve runs awaiting approval: each starts now (trigger manual). Audited."""
+    _decide("approve", job, slot, range_from, range_to, partition, reason, by, yes, as_json, database_url)
+
+
+@app.command()
+def skip(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    reason: ReasonOpt, slot: SlotSel = None, range_from: FromSel = None, range_to: ToSel = None,
+    partition: PartSel = None, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Skip runs awaiting approval: recorded skipped, with the reason. Audited."""
+    _decide("skip", job, slot, range_from, range_to, partition, reason, by, yes, as_json, database_url)
+
+
+# == end of backfills and approvals =======================================================
 
 
 def main() -> None:

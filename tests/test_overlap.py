@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-
+from itertools import pairwise
 from typing import Any
 
 from runner import JobContext, JobDefinitionError, Runner
@@ -56,8 +56,8 @@ def test_wait_runs_each_slot_after_the_previous_one(db_url: str) -> None:
                        " WHERE status <> 'running' ORDER BY schedule_slot")
     assert {g[1] for g in got} == {"succeeded"}  # nothing skipped, nothing lost
     slots = [g[0] for g in got]
-    assert slots == sorted(slots) and all((b - a).total_seconds() == 1 for a, b in zip(slots, slots[1:]))
-    for earlier, later in zip(got, got[1:]):
+    assert slots == sorted(slots) and all((b - a).total_seconds() == 1 for a, b in pairwise(slots))
+    for earlier, later in pairwise(got):
         assert later[2] >= earlier[3], "a slot started before the earlier one finished"
 
 
