@@ -12,11 +12,13 @@ from runner.attempt import JobContext
 from runner.errors import JobDefinitionError, LostOwnership, Permanent
 
 __all__ = [
+    "AttemptTimedOut",
     "Backoff",
     "JobContext",
     "JobDefinitionError",
     "LostOwnership",
     "Permanent",
     "Runner",
+    "UnresolvedEffect",
     "__version__",
 ]

@@ -46,10 +46,13 @@ def crash_point(name: str) -> None:
 class JobContext:
     """What a handler knows about the unit of work it is doing (see SPEC: Public interface)."""
 
-    def __init__(self, run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any]) -> None:
+    def __init__(self, run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
+                 control: ConnectionPool[Any] | None = None) -> None:
         self._run = run
         self._job = job
-        self._pool = pool
+        self._pool = pool  # ctx.db transactions
+        # short autocommit writes (heartbeats, effects) while ctx.db may hold a connection
+        self._control = control or pool
         self._conn: psycopg.Connection[Any] | None = None
         self._cancelled: str | None = None
         self.processed: int | None = None
@@ -119,7 +122,7 @@ class JobContext:
             self.processed = processed
         if failed is not None:
             self.failed = failed
-        with self._pool.connection() as conn:
+        with self._control.connection() as conn:
             alive = ledger.heartbeat_attempt(conn, self._run.id, self._run.fence, processed, failed)
         if not alive:
             raise LostOwnership(

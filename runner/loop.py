@@ -8,11 +8,14 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   loop also beats for all running attempts (one statement), takes over runs whose owner is
   gone (runner/takeover.py), and starts due retries and queued runs;
 * ``workers`` handler threads; a handler that touches ``ctx.db`` borrows a connection from a
-  pool of at most ``workers`` connections for its transaction;
+  pool of at most ``workers`` connections for its transaction; heartbeats and effect-log
+  writes use a separate small control pool (``max(2, workers // 4)``), so a handler holding
+  ``ctx.db`` can always record its progress and effects;
 * one completer thread with its own connection, which records finished attempts in batches
   (one ``finish_attempts`` statement for many runs) and then releases their locks.
 
-So a process holds at most ``workers + 2`` connections, however many runs it executes.
+So a process holds at most ``workers + max(2, workers // 4) + 2`` connections, however many
+runs it executes.
 
 The loop sleeps until the next slot of any job or the poll interval, whichever is sooner,
 and wakes at once when a handler finishes while work is waiting. Slot instants are compared
@@ -156,6 +159,7 @@ class Worker:
         self._wake = threading.Event()
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._pool: ConnectionPool[Any] | None = None
+        self._control: ConnectionPool[Any] | None = None
         self._handlers: HandlerPool | None = None
         self._finished: queue.Queue[tuple[ClaimedRun, Outcome | None] | None] = queue.Queue()
         self._completer: threading.Thread | None = None
@@ -188,6 +192,10 @@ class Worker:
         self._pool = ConnectionPool(
             self.url, min_size=0, max_size=self.config.workers, open=True,
             kwargs={"autocommit": True, "application_name": "runner-worker"},
+        )
+        self._control = ConnectionPool(
+            self.url, min_size=0, max_size=max(2, self.config.workers // 4), open=True,
+            kwargs={"autocommit": True, "application_name": "runner-control"},
         )
         self._handlers = HandlerPool(self.config.workers)
         self._completer = threading.Thread(target=self._complete_forever, name="runner-completer",
@@ -257,8 +265,9 @@ class Worker:
                 log.warning("could not deregister: %s", _first_line(exc))
             finally:
                 self._lock_conn.close()
-        if self._pool is not None:
-            self._pool.close(timeout=1.0)
+        for pool in (self._pool, self._control):
+            if pool is not None:
+                pool.close(timeout=1.0)
         event(log, "runner_stopped", pid=self.owner.pid, **self.stats)
 
     # -- the tick ---------------------------------------------------------------------
@@ -401,7 +410,7 @@ class Worker:
                     run.id, run.fence, "failed", error_class="runner.LockUnavailable",
                     error_message="advisory lock key held by another session", retry_delay=1.0)))
                 continue
-            ctx = JobContext(run, job, self._pool)
+            ctx = JobContext(run, job, self._pool, self._control)
             deadline = time.monotonic() + job.timeout.total_seconds() if job.timeout else None
             with self._active_lock:
                 self._active[run.id] = Active(run, ctx, deadline)

@@ -1,0 +1,112 @@
+"""Approvals: an operator decides the runs held as ``awaiting_approval`` (misfire="manual",
+or misfire="replay" beyond its caps), on the named SQL of ``sql/queries/approvals.sql``.
+
+Same shape as every operator action (runner/operate.py): ``plan`` reads the held runs of the
+selection (one slot, a range ``[from, to)``, or all of the job's; optionally one partition),
+the operator sees them and confirms, then ``decide`` changes them in one transaction with
+one ``runner.requests`` row listing every run it touched, before and after. A run that
+stopped awaiting approval in between is left alone (and reported).
+
+* approve: the run becomes ``pending`` (trigger ``manual``, due now) with a full budget of
+  attempts; the loop of any live runner starts it like every queued run.
+* skip: the run becomes ``skipped`` with the operator's reason; it is final, and accounts for
+  its slot in the gap scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from runner import ledger, operate
+from runner.operate import OperatorError, default_who
+from runner.sqlfiles import queries
+
+Q = queries("approvals")
+
+ACTIONS = ("approve", "skip")
+MAX_RUNS = 100_000  # runs one decision may touch
+
+
+@dataclass(frozen=True)
+class ApprovalPlan:
+    action: str  # approve | skip
+    job_name: str
+    selection: dict[str, Any]  # slot, range_from, range_to, partition_key (None: any)
+    runs: list[dict[str, Any]]  # the held runs it would decide
+
+    def describe(self) -> str:
+        sel = self.selection
+        parts = []
+        if sel["slot"] is not None:
+            parts.append(f"slot {sel['slot'].isoformat()}")
+        if sel["range_from"] is not None:
+            parts.append(f"slots in [{sel['range_from'].isoformat()}, {sel['range_to'].isoformat()})")
+        if sel["partition_key"] is not None:
+            parts.append(f"partition {sel['partition_key']!r}")
+        return f"job {self.job_name!r}" + (f", {', '.join(parts)}" if parts else "")
+
+
+def plan(conn: psycopg.Connection[Any], action: str, job_name: str, slot: datetime | None = None,
+         range_from: datetime | None = None, range_to: datetime | None = None,
+         partition_key: str | None = None) -> ApprovalPlan:
+    """The held runs an approve or skip would decide."""
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {ACTIONS}")
+    if slot is not None and (range_from is not None or range_to is not None):
+        raise OperatorError("give --slot or --from/--to, not both")
+    if (range_from is None) != (range_to is None):
+        raise OperatorError("--from and --to go together")
+    if range_from is not None and range_to is not None and range_from >= range_to:
+        raise OperatorError("--from must be before --to")
+    selection = {"slot": slot, "range_from": range_from, "range_to": range_to,
+                 "partition_key": partition_key}
+    runs = ledger.dict_rows(conn, Q["awaiting_runs"], {
+        "job_name": job_name, **selection, "limit": MAX_RUNS + 1})
+    result = ApprovalPlan(action=action, job_name=job_name, selection=selection, runs=runs)
+    if not runs:
+        raise OperatorError(f"no run awaiting approval for {result.describe()}; nothing to {action}")
+    if len(runs) > MAX_RUNS:
+        raise OperatorError(f"more than {MAX_RUNS} runs awaiting approval for {result.describe()}: "
+                            "narrow the selection with --from/--to")
+    return result
+
+
+def decide(conn: psycopg.Connection[Any], planned: ApprovalPlan, reason: str, who: str | None = None,
+           now: datetime | None = None) -> dict[str, Any]:
+    """Approve or skip the planned runs, with one request row, in one transaction. Returns
+    {"request": ..., "runs": [changed runs with their state before], "left_alone": [ids]}."""
+    reason = operate._text(reason, "--reason")
+    who = operate._text(who or default_who(), "--by")
+    ids = [r["id"] for r in planned.runs]
+    verb = "approved" if planned.action == "approve" else "skipped"
+    with conn.transaction():
+        changed = ledger.dict_rows(conn, Q[f"{planned.action}_runs"], {
+            "run_ids": ids, "now": now, "status_reason": f"{verb} by {who}: {reason}"[:1000]})
+        done = {r["id"] for r in changed}
+        left_alone = [i for i in ids if i not in done]
+        if not changed:
+            raise OperatorError(f"none of the {len(ids)} run(s) is awaiting approval any more; "
+                                "nothing written")
+        after = ({"status": "pending", "trigger": "manual"} if planned.action == "approve"
+                 else {"status": "skipped"})
+        touched = {
+            "selection": {k: (v.isoformat() if isinstance(v, datetime) else v)
+                          for k, v in planned.selection.items()},
+            "runs": [{
+                "run_id": r["id"],
+                "slot": r["schedule_slot"].isoformat(),
+                "partition_key": r["partition_key"],
+                "before": {"status": r["before_status"], "trigger": r["before_trigger"],
+                           "attempt": r["before_attempt"],
+                           "uncounted_attempts": r["before_uncounted_attempts"],
+                           "status_reason": r["before_reason"]},
+                "after": after,
+            } for r in changed],
+            "left_alone": left_alone,
+        }
+        request = operate._request(conn, planned.action, planned.job_name, who, reason, touched)
+    return {"request": request, "runs": changed, "left_alone": left_alone}

@@ -1,0 +1,633 @@
+"""Backfills: throttled re-execution of a range of a job's slots, audited, verified by results.
+
+A *plan* (a ``runner.backfills`` row) covers the slots of one job in ``[range_from, range_to)``
+by the job's current schedule, times its partitions (``--partition``, else the job's static
+partitions, else what its partitions callable returns for each slot). Creating it writes, in
+one transaction with its ``runner.requests`` row, one queued run per slot x partition, tagged
+with the plan's ``replay_group_id`` and lane, and trigger ``backfill``:
+
+* no run yet: a new run, ``pending``;
+* a run that failed, is dead, skipped, coalesced, awaiting approval or cancelled (or
+  succeeded, with ``force``): the *same* run, ``pending`` again for a new attempt (attempt + 1
+  and fence + 1 when it starts); its earlier attempts stop counting against ``max_attempts``;
+* a run that is running or already pending, a succeeded run without ``force``, or a run of
+  another plan that is not finished: left alone (shown in the impact).
+
+So a backfill never makes a second run for a slot x partition: it reuses the run's business
+key (slot, partition, window, idempotency key). The dry run shows the same impact and writes
+nothing.
+
+**The lane.** Runs of a plan that is not finished are never claimed by the loop's
+``claim_due_runs``; ``run_once`` (called by every ``runner start`` loop once per poll, after
+the slots, takeovers and retries of that tick, with at most half of the process's free
+capacity) claims them, oldest slot first, under the plan's limits:
+
+* ``concurrency``: at most this many runs of the plan running at once, across all
+  processes (counted in the ledger);
+* ``rate``: at most this many starts per second, a token bucket on the plan row that holds
+  at most ``max(1, rate)`` tokens (so a process polling once a second still reaches the
+  rate, and after an idle spell at most one second's worth starts at once).
+
+Processes take turns on a plan with a transaction-level advisory lock in the two-int form,
+``(lock namespace, plan id)`` (``pg_try_advisory_xact_lock``): PostgreSQL keeps two-int keys
+apart from the one-bigint keys of runs (``runner.lock_key_v1``), so they cannot collide; a
+process that does not get the lock leaves the plan to the holder for that pass. In the same
+pass, under that lock, the plan
+
+* pauses when its failed + dead runs exceed ``max_failures``;
+* pauses when the operator's ``pause_when`` query returns true, or fails (its error is the
+  pause reason). The query is run as given, on the runner's connection, in its own
+  transaction that is read-only (``transaction_read_only``), has a ``statement_timeout`` of
+  ``PAUSE_WHEN_TIMEOUT`` and is always rolled back; it is sent as one prepared statement, so
+  it cannot carry a second statement. It must return one row whose first column is a
+  boolean (NULL counts as false). It runs with the runner's database role: grant that role
+  only what the condition needs to read;
+* completes when none of its runs is pending, running or failed.
+
+**Verification.** When a plan completes, the process that completed it (it has the job's
+definition) runs the job's ``verify`` check in a background thread, per partition, over the
+plan's whole window (the window start of its first slot to the window end of its last), and
+records the outcome on the plan: ``verify_status`` passed (every check passed), failed,
+error (a check raised, or returned something else than an outcome), or not_configured (the
+job has no check). ``verify`` is a callable ``(conn, window_start, window_end, partition)``
+returning ``True``/``False``, a string (a failure, saying why) or ``(passed, detail)``; or a SQL
+string with the named parameters ``%(window_start)s``, ``%(window_end)s`` and
+``%(partition)s`` returning one row: the outcome (boolean) and, optionally, a detail. Each
+check runs in a transaction that is rolled back afterwards (read-only for SQL), with a
+statement timeout of ``VERIFY_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from runner import ledger, operate
+from runner.app import JobDef
+from runner.ledger import ClaimedRun, Owner
+from runner.operate import OperatorError, default_who
+from runner.schedule import idempotency_key
+from runner.sqlfiles import queries
+
+log = logging.getLogger("runner.backfill")
+Q = queries("backfill")
+
+PAUSE_WHEN_TIMEOUT = "2s"  # an operator's pause condition must be cheap
+VERIFY_TIMEOUT = "10min"
+MAX_EXPECTED_RUNS = 1_000_000  # slot x partitions in one plan
+ACTIVE = ("planned", "running", "paused")  # plans whose runs are the lane's
+REQUEUED = ("failed", "dead", "skipped", "coalesced", "awaiting_approval", "cancelled")
+_EPSILON = timedelta(microseconds=1)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    found = ledger.dict_rows(conn, Q[name], params)
+    return found[0] if found else None
+
+
+# -- the plan: what it would touch ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the operator asked for."""
+
+    job_name: str
+    range_from: datetime
+    range_to: datetime
+    partitions: tuple[str, ...] = ()  # empty: the job's own
+    lane: str = "backfill"
+    concurrency: int = 1
+    rate: float | None = None  # runs started per second; None: unlimited
+    max_failures: int | None = 10
+    pause_when: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The slot x partitions of a plan, as columns (the statements take arrays)."""
+
+    slots: list[datetime] = field(default_factory=list)
+    partition_keys: list[str] = field(default_factory=list)
+    business_dates: list[Any] = field(default_factory=list)
+    window_starts: list[datetime] = field(default_factory=list)
+    window_ends: list[datetime] = field(default_factory=list)
+    idempotency_keys: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def keys(self) -> dict[str, Any]:
+        return {"slots": self.slots, "partition_keys": self.partition_keys}
+
+    def columns(self) -> dict[str, Any]:
+        return {**self.keys(), "business_dates": self.business_dates,
+                "window_starts": self.window_starts, "window_ends": self.window_ends,
+                "idempotency_keys": self.idempotency_keys}
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """A plan not yet written: what it covers and what it would do (the dry run's report)."""
+
+    spec: Spec
+    expected: Expected
+    slot_count: int
+    partitions: list[str] | None  # the partitions stored on the plan (None: unpartitioned or dynamic)
+    states: dict[str, int]  # slot x partitions by the state of their run ('missing', status, 'in_backfill')
+    effects: dict[str, int] | None  # effects recorded for those runs, by status (None: no effect log)
+    running: list[dict[str, Any]]  # runs in flight (left alone), the first few
+    pause_when_now: bool | None  # the pause condition's value when planned
+
+    @property
+    def will_insert(self) -> int:
+        return self.states.get("missing", 0)
+
+    @property
+    def will_requeue(self) -> int:
+        return sum(self.states.get(s, 0) for s in REQUEUED)
+
+    @property
+    def will_force(self) -> int:
+        return self.states.get("succeeded", 0) if self.spec.force else 0
+
+    @property
+    def left_alone(self) -> dict[str, int]:
+        alone = {s: self.states.get(s, 0) for s in ("running", "pending", "in_backfill")}
+        if not self.spec.force:
+            alone["succeeded"] = self.states.get("succeeded", 0)
+        return {k: v for k, v in alone.items() if v}
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "job_name": self.spec.job_name,
+            "range_from": self.spec.range_from,
+            "range_to": self.spec.range_to,
+            "slots": self.slot_count,
+            "partitions": self.partitions,
+            "expected_runs": len(self.expected),
+            "already_succeeded": self.states.get("succeeded", 0),
+            "runs_by_state": self.states,
+            "will_insert": self.will_insert,
+            "will_requeue": self.will_requeue,
+            "will_force": self.will_force,
+            "left_alone": self.left_alone,
+            "running": self.running,
+            "effects_recorded": self.effects,
+            "pause_when_now": self.pause_when_now,
+            "lane": self.spec.lane,
+            "concurrency": self.spec.concurrency,
+            "rate": self.spec.rate,
+            "max_failures": self.spec.max_failures,
+            "pause_when": self.spec.pause_when,
+            "force": self.spec.force,
+        }
+
+
+def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | None]:
+    """The slot x partitions of ``spec`` by the job's current definition; the slot count;
+    the partitions to store on the plan."""
+    if spec.range_from >= spec.range_to:
+        raise OperatorError(f"--from ({spec.range_from.isoformat()}) must be before --to "
+                            f"({spec.range_to.isoformat()})")
+    static = list(job.partitions) if isinstance(job.partitions, tuple) else None
+    wanted = list(dict.fromkeys(spec.partitions))
+    if wanted:
+        if job.partitions is None:
+            raise OperatorError(f"job {job.name!r} is not partitioned: --partition does not apply")
+        if static is not None:
+            unknown = [p for p in wanted if p not in static]
+            if unknown:
+                raise OperatorError(f"job {job.name!r} has no partition {unknown[0]!r} "
+                                    f"(its partitions: {', '.join(map(repr, static))})")
+        stored: list[str] | None = wanted
+    else:
+        stored = static
+    sched = job.schedule
+    slots = sched.slots_between(spec.range_from - _EPSILON, spec.range_to - _EPSILON)
+    if not slots:
+        raise OperatorError(f"job {job.name!r} has no slot in [{spec.range_from.isoformat()}, "
+                            f"{spec.range_to.isoformat()}); nothing to backfill")
+    out = Expected()
+    for slot in slots:
+        if stored is not None:
+            keys = stored
+        else:
+            try:
+                keys = job.partitions_for(slot)
+            except Exception as exc:
+                raise OperatorError(f"job {job.name!r}: partitions for slot {slot.isoformat()} raised "
+                                    f"{type(exc).__name__}: {_first_line(exc)}") from None
+        start, end = sched.window(slot)
+        business_date = sched.business_date(start)
+        for key in keys:
+            out.slots.append(slot)
+            out.partition_keys.append(key)
+            out.business_dates.append(business_date)
+            out.window_starts.append(start)
+            out.window_ends.append(end)
+            out.idempotency_keys.append(idempotency_key(job.name, start, end, key, job.version))
+        if len(out) > MAX_EXPECTED_RUNS:
+            raise OperatorError(f"the range holds more than {MAX_EXPECTED_RUNS} slot x partitions: "
+                                "split it into several backfills")
+    return out, len(slots), stored
+
+
+def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec) -> BackfillPlan:
+    """What a backfill would touch (reads only: this is the dry run)."""
+    if spec.concurrency < 1:
+        raise OperatorError("--concurrency must be at least 1")
+    if spec.rate is not None and not spec.rate > 0:
+        raise OperatorError("--rate must be above 0 (runs per second)")
+    if spec.max_failures is not None and spec.max_failures < 0:
+        raise OperatorError("--max-failures must be 0 or more")
+    if not spec.lane.strip():
+        raise OperatorError("--lane must not be empty")
+    pause_now = None
+    if spec.pause_when is not None:
+        if not spec.pause_when.strip():
+            raise OperatorError("--pause-when must not be empty")
+        pause_now, error = evaluate_pause_when(conn, spec.pause_when)
+        if error is not None:
+            raise OperatorError(f"--pause-when: {error}; nothing written")
+    expected, slot_count, stored = expected_runs(job, spec)
+    params = {"job_name": job.name, **expected.keys()}
+    states = {r["state"]: r["runs"] for r in ledger.dict_rows(conn, Q["impact"], params)}
+    running = ledger.dict_rows(conn, Q["impact_running"], {**params, "limit": 20})
+    effects = None
+    if operate._present(conn, "runner.effects", "run_id"):
+        effects = {r["status"]: r["effects"] for r in ledger.dict_rows(conn, Q["impact_effects"], params)}
+    return BackfillPlan(spec=spec, expected=expected, slot_count=slot_count, partitions=stored,
+                        states=states, effects=effects, running=running, pause_when_now=pause_now)
+
+
+def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, who: str | None = None,
+           now: datetime | None = None) -> dict[str, Any]:
+    """Write the plan, queue its runs and write its request row, in one transaction.
+    Returns {"backfill": plan row, "request": ..., "inserted": n, "requeued": [...],
+    "left_alone": n}."""
+    reason = operate._text(reason, "--reason")
+    who = operate._text(who or default_who(), "--by")
+    spec = planned.spec
+    with conn.transaction():
+        row = _one(conn, "insert_plan", {
+            "job_name": spec.job_name, "range_from": spec.range_from, "range_to": spec.range_to,
+            "partitions": planned.partitions, "lane": spec.lane, "concurrency": spec.concurrency,
+            "rate": spec.rate, "max_failures": spec.max_failures, "pause_when": spec.pause_when,
+            "force": spec.force, "expected_runs": len(planned.expected), "requested_by": who,
+            "reason": reason, "now": now,
+        })
+        assert row is not None
+        common = {"job_name": spec.job_name, "replay_group_id": row["replay_group_id"],
+                  "lane": spec.lane, "now": now,
+                  "status_reason": f"backfill {row['id']}: {reason}"[:1000]}
+        requeued = ledger.dict_rows(conn, Q["requeue_runs"], {
+            **common, **planned.expected.keys(), "force": spec.force})
+        inserted = ledger.dict_rows(conn, Q["insert_runs"], {**common, **planned.expected.columns()})
+        left_alone = len(planned.expected) - len(requeued) - len(inserted)
+        touched = {
+            "backfill": {k: row[k] for k in (
+                "id", "replay_group_id", "job_name", "range_from", "range_to", "partitions", "lane",
+                "concurrency", "rate", "max_failures", "pause_when", "force", "expected_runs")},
+            "runs_inserted": len(inserted),
+            "runs_requeued": [{
+                "run_id": r["id"],
+                "slot": r["schedule_slot"].isoformat(),
+                "partition_key": r["partition_key"],
+                "before": {"status": r["before_status"], "trigger": r["before_trigger"],
+                           "attempt": r["before_attempt"], "fence": r["before_fence"],
+                           "uncounted_attempts": r["before_uncounted_attempts"]},
+                "after": {"status": "pending", "trigger": "backfill"},
+            } for r in requeued],
+            "runs_left_alone": left_alone,
+        }
+        request = operate._request(conn, "backfill", spec.job_name, who, reason, touched)
+    return {"backfill": row, "request": request, "inserted": len(inserted), "requeued": requeued,
+            "left_alone": left_alone}
+
+
+# -- the operator's pause condition --------------------------------------------------------
+
+
+def evaluate_pause_when(conn: psycopg.Connection[Any], sql: str) -> tuple[bool | None, str | None]:
+    """Run the operator's pause condition as given: read-only, with a statement timeout, in
+    a transaction that is rolled back. Returns (value, None), or (None, error)."""
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(Q["read_only_limits"], {"timeout": PAUSE_WHEN_TIMEOUT})
+            cur = conn.execute(sql, prepare=True)  # prepared: exactly one statement
+            found = cur.fetchall() if cur.description is not None else None
+    except psycopg.Error as exc:
+        if conn.closed or conn.broken:
+            raise
+        return None, f"{type(exc).__name__}: {_first_line(exc)}"
+    if found is None:
+        return None, "it returned no rows (it must be a query returning one boolean)"
+    if len(found) != 1 or not found[0]:
+        return None, f"it returned {len(found)} rows (it must return exactly one boolean)"
+    value = found[0][0]
+    if value is not None and not isinstance(value, bool):
+        return None, f"its first column is {type(value).__name__}, not a boolean"
+    return bool(value), None
+
+
+# -- the lane -------------------------------------------------------------------------------
+
+
+def run_once(conn: psycopg.Connection[Any], owner: Owner, jobs: Mapping[str, JobDef], limit: int,
+             now: datetime | None = None) -> list[ClaimedRun]:
+    """One pass of the backfill lane over the running plans of ``jobs``: pause, complete,
+    and claim up to ``limit`` runs (all plans together). ``conn`` must be this process's lock
+    session (autocommit): the runs claimed are locked on it. Returns the runs to start."""
+    claimed: list[ClaimedRun] = []
+    finished: list[int] = []
+    plans = ledger.dict_rows(conn, Q["lane_plans"], {"job_names": list(jobs)})
+    for p in plans:
+        job = jobs[p["job_name"]]
+        condition = evaluate_pause_when(conn, p["pause_when"]) if p["pause_when"] else None
+        with conn.transaction():
+            got = _one(conn, "try_lock_plan", {"namespace": owner.namespace, "plan_id": p["id"]})
+            if not (got and got["locked"]):
+                continue  # another process is on it this pass
+            state = _one(conn, "plan_state", {"plan_id": p["id"], "now": now})
+            if state is None or state["status"] != "running":
+                continue
+            reason = _pause_reason(state, condition)
+            if reason is not None:
+                _one(conn, "pause_plan", {"plan_id": p["id"], "reason": reason[:1000], "now": now})
+                log.warning("backfill_paused plan=%s job=%s: %s", p["id"], job.name, reason)
+                continue
+            if state["unfinished"] == 0:
+                _one(conn, "complete_plan", {"plan_id": p["id"], "verify": job.verify is not None,
+                                              "now": now})
+                log.info("backfill_completed plan=%s job=%s", p["id"], job.name)
+                if job.verify is not None:
+                    finished.append(p["id"])
+                continue
+            if state["job_paused"]:
+                continue
+            room = min(limit - len(claimed), state["concurrency"] - state["running"])
+            tokens = state["tokens"]
+            if tokens is not None:
+                room = min(room, math.floor(tokens + 1e-9))
+            if room <= 0:
+                continue
+            rows = conn.execute(Q["claim_plan_runs"], {
+                **owner.params(), "plan_id": p["id"], "replay_group_id": state["replay_group_id"],
+                "limit": room, "tokens": tokens, "now": now}).fetchall()
+            _, runs = ledger._claimed(rows)
+            claimed.extend(runs)
+    for plan_id in finished:
+        _verify_in_background(conn, plan_id, jobs)
+    return claimed
+
+
+def _pause_reason(state: dict[str, Any], condition: tuple[bool | None, str | None] | None) -> str | None:
+    limit = state["max_failures"]
+    if limit is not None and state["failures"] > limit:
+        return (f"{state['failures']} failed or dead run(s), more than max_failures={limit}: "
+                "look at them (runner backfill show), then resume (with a higher --max-failures) "
+                "or cancel")
+    if condition is not None:
+        value, error = condition
+        if error is not None:
+            return f"pause_when failed: {error}"
+        if value:
+            return "pause_when returned true"
+    return None
+
+
+# -- verification ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    partition: str
+    outcome: str  # passed | failed | error
+    detail: str | None
+
+
+def plan_window(job: JobDef, range_from: datetime, range_to: datetime) -> tuple[datetime, datetime]:
+    """The window a plan covers: from the window start of its first slot to the window end
+    of its last (by the job's current schedule)."""
+    slots = job.schedule.slots_between(range_from - _EPSILON, range_to - _EPSILON)
+    if not slots:
+        return range_from, range_to
+    return job.schedule.window(slots[0])[0], job.schedule.window(slots[-1])[1]
+
+
+def verify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef,
+           now: datetime | None = None) -> dict[str, Any]:
+    """Run the job's verify check over the plan's range, per partition, and record the
+    outcome on the plan. Returns the recorded verify columns."""
+    row = _one(conn, "get_plan", {"plan_id": plan_id})
+    if row is None:
+        raise OperatorError(f"no backfill {plan_id}")
+    start, end = plan_window(job, row["range_from"], row["range_to"])
+    detail: dict[str, Any] = {"window_start": start.isoformat(), "window_end": end.isoformat()}
+    if job.verify is None:
+        status = "not_configured"
+        detail["checks"] = []
+    else:
+        partitions = row["partitions"] or [
+            r["partition_key"] for r in ledger.dict_rows(conn, Q["group_partitions"],
+                                                         {"replay_group_id": row["replay_group_id"]})
+        ] or [""]
+        checks = [_check(conn, job, start, end, p) for p in partitions]
+        outcomes = {c.outcome for c in checks}
+        status = "failed" if "failed" in outcomes else "error" if "error" in outcomes else "passed"
+        detail["checks"] = [{"partition": c.partition, "outcome": c.outcome, "detail": c.detail}
+                            for c in checks]
+    recorded = _one(conn, "record_verify", {
+        "plan_id": plan_id, "verify_status": status, "verify_detail": Jsonb(detail, dumps=_dumps),
+        "now": now})
+    assert recorded is not None
+    log.info("backfill_verified plan=%s job=%s status=%s", plan_id, job.name, status)
+    return recorded
+
+
+def _check(conn: psycopg.Connection[Any], job: JobDef, start: datetime, end: datetime,
+           partition: str) -> Check:
+    check = job.verify
+    try:
+        with conn.transaction(force_rollback=True):
+            if isinstance(check, str):
+                conn.execute(Q["read_only_limits"], {"timeout": VERIFY_TIMEOUT})
+                found = conn.execute(check, {"window_start": start, "window_end": end,
+                                             "partition": partition}).fetchall()
+                if len(found) != 1 or not found[0]:
+                    return Check(partition, "error", f"the SQL check returned {len(found)} rows, not one")
+                first = found[0]
+                if not isinstance(first[0], bool):
+                    return Check(partition, "error",
+                                 f"the SQL check's first column is {type(first[0]).__name__}, not a boolean")
+                text = None if len(first) < 2 or first[1] is None else str(first[1])
+                return Check(partition, "passed" if first[0] else "failed", text)
+            assert check is not None
+            conn.execute(Q["time_limit"], {"timeout": VERIFY_TIMEOUT})
+            return _outcome(partition, check(conn, start, end, partition))
+    except Exception as exc:
+        if conn.closed or conn.broken:
+            raise
+        return Check(partition, "error", f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
+
+
+def _outcome(partition: str, value: object) -> Check:
+    if isinstance(value, bool):
+        return Check(partition, "passed" if value else "failed", None)
+    if isinstance(value, str):  # a string says what is wrong
+        return Check(partition, "failed", value)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
+        return Check(partition, "passed" if value[0] else "failed",
+                     None if value[1] is None else str(value[1]))
+    return Check(partition, "error",
+                 f"verify returned {type(value).__name__}; expected bool, str or (bool, str)")
+
+
+def _verify_in_background(conn: psycopg.Connection[Any], plan_id: int, jobs: Mapping[str, JobDef]) -> None:
+    """Run ``verify`` on its own connection and thread, so the loop is never held up by it."""
+    info = conn.info
+    dsn, password = info.dsn, info.password
+
+    def work() -> None:
+        row = None
+        try:
+            with psycopg.connect(dsn, password=password or None, autocommit=True,
+                                 application_name="runner-verify") as own:
+                own.execute("SET TIME ZONE 'UTC'")
+                row = _one(own, "get_plan", {"plan_id": plan_id})
+                if row is not None:
+                    verify(own, plan_id, jobs[row["job_name"]])
+        except Exception as exc:  # a broken connection: say so; `runner backfill show` shows it unverified
+            log.error("backfill %s: verification failed: %s: %s", plan_id, type(exc).__name__,
+                      _first_line(exc))
+
+    threading.Thread(target=work, name=f"runner-verify-{plan_id}", daemon=True).start()
+
+
+# -- the operator's view and actions ---------------------------------------------------------
+
+
+def list_plans(conn: psycopg.Connection[Any], job_name: str | None = None,
+               statuses: Sequence[str] | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    return ledger.dict_rows(conn, Q["list_plans"], {
+        "job_name": job_name, "statuses": list(statuses) if statuses else None, "limit": limit})
+
+
+@dataclass(frozen=True)
+class Progress:
+    plan: dict[str, Any]
+    counts: dict[str, int]  # the group's runs by status
+    failures: list[dict[str, Any]]  # the newest failed and dead runs
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def done(self) -> int:
+        return self.total - sum(self.counts.get(s, 0) for s in ("pending", "running", "failed"))
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.plan["verify_status"] == "passed")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.plan, "runs_by_status": self.counts, "runs": self.total, "done": self.done,
+                "verified": self.verified, "recent_failures": self.failures}
+
+
+def show(conn: psycopg.Connection[Any], plan_id: int) -> Progress:
+    row = _one(conn, "get_plan", {"plan_id": plan_id})
+    if row is None:
+        raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
+    group = {"replay_group_id": row["replay_group_id"]}
+    counts = {r["status"]: r["runs"] for r in ledger.dict_rows(conn, Q["group_counts"], group)}
+    failures = ledger.dict_rows(conn, Q["group_failures"], {**group, "limit": 10})
+    return Progress(plan=row, counts=counts, failures=failures)
+
+
+def _action(conn: psycopg.Connection[Any], plan_id: int, action: str, allowed: Sequence[str],
+            reason: str, who: str | None) -> tuple[dict[str, Any], str, str]:
+    reason = operate._text(reason, "--reason")
+    who = operate._text(who or default_who(), "--by")
+    row = _one(conn, "lock_plan", {"plan_id": plan_id})
+    if row is None:
+        raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
+    if row["status"] not in allowed:
+        raise OperatorError(f"backfill {plan_id} is {row['status']}: it cannot be {action}; nothing written")
+    return row, reason, who
+
+
+def pause(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | None = None,
+          now: datetime | None = None) -> dict[str, Any]:
+    """Pause a running plan: its queued runs wait; runs in flight finish."""
+    with conn.transaction():
+        row, reason, who = _action(conn, plan_id, "paused", ("planned", "running"), reason, who)
+        changed = _one(conn, "pause_plan", {"plan_id": plan_id, "now": now,
+                                            "reason": f"paused by {who}: {reason}"[:1000]})
+        request = operate._request(conn, "backfill_pause", row["job_name"], who, reason, {
+            "backfills": [{"id": plan_id, "before": {"status": row["status"]},
+                           "after": {"status": "paused"}}]})
+    return {"backfill": changed, "request": request}
+
+
+def resume(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | None = None,
+           max_failures: int | None = None, set_max_failures: bool = False,
+           now: datetime | None = None) -> dict[str, Any]:
+    """Resume a paused plan (optionally with another failure threshold)."""
+    with conn.transaction():
+        row, reason, who = _action(conn, plan_id, "resumed", ("paused",), reason, who)
+        if set_max_failures and max_failures is not None and max_failures < 0:
+            raise OperatorError("--max-failures must be 0 or more")
+        changed = _one(conn, "resume_plan", {"plan_id": plan_id, "now": now, "max_failures": max_failures,
+                                             "set_max_failures": set_max_failures})
+        assert changed is not None
+        after: dict[str, Any] = {"status": "running"}
+        if set_max_failures:
+            after["max_failures"] = max_failures
+        request = operate._request(conn, "backfill_resume", row["job_name"], who, reason, {
+            "backfills": [{"id": plan_id,
+                           "before": {"status": row["status"], "pause_reason": row["pause_reason"],
+                                      "max_failures": row["max_failures"]},
+                           "after": after}]})
+    return {"backfill": changed, "request": request}
+
+
+def cancel(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | None = None,
+           now: datetime | None = None) -> dict[str, Any]:
+    """Cancel a plan: its runs not yet started (pending, or waiting for a retry) become
+    cancelled, with the reason; runs in flight finish."""
+    with conn.transaction():
+        row, reason, who = _action(conn, plan_id, "cancelled", ACTIVE, reason, who)
+        changed = _one(conn, "cancel_plan", {"plan_id": plan_id, "now": now})
+        runs = ledger.dict_rows(conn, Q["cancel_plan_runs"], {
+            "replay_group_id": row["replay_group_id"], "now": now,
+            "status_reason": f"backfill {plan_id} cancelled by {who}: {reason}"[:1000]})
+        request = operate._request(conn, "backfill_cancel", row["job_name"], who, reason, {
+            "backfills": [{"id": plan_id, "before": {"status": row["status"]},
+                           "after": {"status": "cancelled"}}],
+            "runs": [{"run_id": r["id"], "before": {"status": r["before_status"]},
+                      "after": {"status": "cancelled"}} for r in runs],
+        })
+    return {"backfill": changed, "request": request, "runs_cancelled": len(runs)}
+

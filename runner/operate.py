@@ -1,0 +1,253 @@
+"""The operator's side: ``runner status``, ``rerun``, ``pause`` and ``resume`` without the
+parsing and printing (that is runner/cli.py), on the named SQL of ``sql/queries/operate.sql``.
+
+Every change an operator makes follows one shape: a *plan* reads what the action would touch
+(shown to the operator, who confirms), then one transaction locks the rows, checks they are
+still as shown, writes the change and its ``runner.requests`` row (who, why, what it
+touched, before and after). A run or job that changed in between is left alone.
+
+Rerun. The run goes back to ``pending`` with trigger ``manual`` and ``next_attempt_at = now``;
+the loop of any live runner then claims it like every queued run (attempt + 1, fence + 1,
+trigger ``manual``). The run's earlier attempts stop counting against the job's
+``max_attempts`` (``job_runs.uncounted_attempts = attempt``), so a rerun gets a full budget of
+attempts of its own: a dead run is tried at least once more, and retried as a fresh run would
+be. A running or pending run is refused; a succeeded (or coalesced) one needs ``force``.
+
+Pause and resume flip ``runner.jobs.paused``. The claim statements skip paused jobs, so no
+new slot, retry or rerun of the job starts anywhere; attempts already running finish. Slots
+that fall due while a job is paused get no run: the gap scan lists them (a backfill can run
+them later).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from runner import ledger
+from runner.app import JobDef, Runner
+from runner.sqlfiles import queries
+
+Q = queries("operate")
+
+# a rerun needs force for these: the work was done (or covered by another run)
+DONE_STATUSES = frozenset({"succeeded", "coalesced"})
+
+
+class OperatorError(Exception):
+    """An operator action that cannot proceed. The message is one line, shown as is."""
+
+
+def default_who() -> str:
+    """Who asked, when ``--by`` is not given: the OS user at this host."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in the environment or the password database
+        user = f"uid-{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _text(value: str | None, what: str) -> str:
+    text = (value or "").strip()
+    if not text:
+        raise OperatorError(f"{what} must not be empty")
+    return text
+
+
+def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    found = ledger.dict_rows(conn, Q[name], params)
+    return found[0] if found else None
+
+
+def _present(conn: psycopg.Connection[Any], relation: str, column: str) -> bool:
+    row = _one(conn, "has_column", {"relation": relation, "column": column})
+    return bool(row and row["present"])
+
+
+def _request(conn: psycopg.Connection[Any], action: str, job_name: str, who: str, reason: str,
+             touched: dict[str, Any]) -> dict[str, Any]:
+    row = _one(conn, "insert_request", {
+        "action": action, "job_name": job_name, "who": who, "reason": reason,
+        "touched": Jsonb(touched, dumps=lambda o: json.dumps(o, sort_keys=True, default=str)),
+    })
+    assert row is not None
+    return row
+
+
+# -- status -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    jobs: list[dict[str, Any]]  # runner.job_health rows, plus missing and next_slot
+    alerts: list[dict[str, Any]]  # runner.alerts rows
+    now: datetime  # the database clock the report was made at
+
+
+def status(conn: psycopg.Connection[Any], app: Runner | None = None,
+           job_name: str | None = None) -> StatusReport:
+    """Per-job health and the alerts. ``missing`` is the job's count in runner.missing_slots
+    (None where that view does not exist); ``next_slot`` comes from the job's definition in
+    ``app`` (None without it, or for a job the app does not define)."""
+    now = ledger.db_now(conn)
+    jobs = ledger.dict_rows(conn, Q["job_health"], {"job_name": job_name})
+    missing: dict[str, int] | None = None
+    if _present(conn, "runner.missing_slots", "job_name"):
+        missing = {r["job_name"]: r["missing"]
+                   for r in ledger.dict_rows(conn, Q["missing_counts"], {"job_name": job_name})}
+    defs: dict[str, JobDef] = app.jobs if app is not None else {}
+    synced = {row["job_name"] for row in jobs}
+    for name, job in defs.items():  # defined in the app, never synced by a runner yet
+        if name not in synced and job_name in (None, name):
+            jobs.append({"job_name": name, "owner": job.owner, "paused": job.paused})
+    for row in jobs:
+        row["missing"] = None if missing is None else missing.get(row["job_name"], 0)
+        definition = defs.get(row["job_name"])
+        row["next_slot"] = definition.schedule.next_after(now) if definition is not None else None
+    jobs.sort(key=lambda r: r["job_name"])
+    alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name})
+    return StatusReport(jobs=jobs, alerts=alerts, now=now)
+
+
+# -- rerun ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RerunPlan:
+    run: dict[str, Any]
+    attempts: list[dict[str, Any]]
+    effects: list[dict[str, Any]] | None  # None: this schema has no effect log
+    refusal: str | None  # why the rerun may not proceed; None when it may
+
+    @property
+    def run_label(self) -> str:
+        run = self.run
+        part = f", partition {run['partition_key']!r}" if run["partition_key"] else ""
+        return (f"run {run['id']} of job {run['job_name']!r}, slot "
+                f"{run['schedule_slot'].isoformat()}{part}")
+
+
+def _refusal(run: dict[str, Any], force: bool) -> str | None:
+    status = run["status"]
+    if status == "running":
+        return (f"run {run['id']} is running (attempt {run['attempt']}, fence {run['fence']}): "
+                "a run in flight cannot be rerun; nothing written")
+    if status == "pending":
+        return (f"run {run['id']} is already pending (its next attempt is due at "
+                f"{run['next_attempt_at'].isoformat() if run['next_attempt_at'] else 'once approved'}); "
+                "nothing written")
+    if status in DONE_STATUSES and not force:
+        return (f"run {run['id']} already {status}: pass --force to run it again; nothing written")
+    return None
+
+
+def plan_rerun(conn: psycopg.Connection[Any], job_name: str, slot: datetime, partition_key: str = "",
+               force: bool = False) -> RerunPlan:
+    """What a rerun would touch: the run, its attempts, its recorded effects."""
+    run = _one(conn, "find_run", {"job_name": job_name, "slot": slot, "partition_key": partition_key})
+    if run is None:
+        part = f", partition {partition_key!r}" if partition_key else ""
+        raise OperatorError(
+            f"no run of job {job_name!r} at slot {slot.isoformat()}{part}: nothing to rerun "
+            "(check the slot's UTC instant with `runner runs --job`)")
+    attempts = ledger.dict_rows(conn, Q["run_attempts"], {"run_id": run["id"]})
+    effects = None
+    if _present(conn, "runner.effects", "run_id"):
+        effects = [r["effect"] for r in ledger.dict_rows(conn, Q["run_effects"], {"run_id": run["id"]})]
+    return RerunPlan(run=run, attempts=attempts, effects=effects, refusal=_refusal(run, force))
+
+
+def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str | None = None,
+          force: bool = False, now: datetime | None = None) -> dict[str, Any]:
+    """Queue the planned run for a new attempt (trigger manual), with its request row, in one
+    transaction. Returns {"request": ..., "run": ...}."""
+    if plan.refusal:
+        raise OperatorError(plan.refusal)
+    reason = _text(reason, "--reason")
+    who = _text(who or default_who(), "--by")
+    seen = plan.run
+    with conn.transaction():
+        run = _one(conn, "lock_run", {"run_id": seen["id"]})
+        if run is None:
+            raise OperatorError(f"run {seen['id']} no longer exists; nothing written")
+        if (run["status"], run["fence"]) != (seen["status"], seen["fence"]):
+            raise OperatorError(
+                f"run {run['id']} changed since it was shown (now {run['status']}, fence "
+                f"{run['fence']}); nothing written: run the command again")
+        touched = {
+            "runs": [{
+                "run_id": run["id"],
+                "slot": run["schedule_slot"].isoformat(),
+                "partition_key": run["partition_key"],
+                "before": {k: run[k] for k in ("status", "trigger", "attempt", "fence",
+                                               "uncounted_attempts", "processed_count",
+                                               "failed_count", "last_error")},
+                "after": {"status": "pending", "trigger": "manual",
+                          "uncounted_attempts": run["attempt"]},
+            }],
+            "force": force,
+        }
+        request = _request(conn, "rerun", run["job_name"], who, reason, touched)
+        updated = _one(conn, "rerun_run", {
+            "run_id": run["id"], "status": run["status"], "fence": run["fence"], "now": now,
+            "status_reason": f"manual rerun (request {request['id']}): {reason}"[:1000],
+        })
+        if updated is None:  # cannot happen under the row lock; never write half an action
+            raise OperatorError(f"run {run['id']} could not be queued; nothing written")
+    return {"request": request, "run": updated}
+
+
+# -- pause and resume -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PausePlan:
+    job: dict[str, Any]  # job_name, paused, owner, running, queued
+    paused: bool  # the state asked for
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.job["paused"]) != self.paused
+
+
+def plan_pause(conn: psycopg.Connection[Any], job_name: str, paused: bool) -> PausePlan:
+    job = _one(conn, "job_state", {"job_name": job_name})
+    if job is None:
+        raise OperatorError(
+            f"no job {job_name!r} in the ledger (a job is registered there when a runner that "
+            "defines it starts)")
+    return PausePlan(job=job, paused=paused)
+
+
+def set_paused(conn: psycopg.Connection[Any], plan: PausePlan, reason: str,
+               who: str | None = None) -> dict[str, Any] | None:
+    """Pause or resume the planned job, with its request row, in one transaction. Returns
+    {"request": ..., "job": ...}, or None when the job already was in that state."""
+    reason = _text(reason, "--reason")
+    who = _text(who or default_who(), "--by")
+    name = plan.job["job_name"]
+    with conn.transaction():
+        job = _one(conn, "lock_job", {"job_name": name})
+        if job is None:
+            raise OperatorError(f"job {name!r} no longer exists; nothing written")
+        if bool(job["paused"]) == plan.paused:
+            return None
+        touched = {
+            "jobs": [{"job_name": name, "before": {"paused": job["paused"]},
+                      "after": {"paused": plan.paused}}],
+            "runs_running": plan.job["running"],
+            "runs_queued": plan.job["queued"],
+        }
+        request = _request(conn, "pause" if plan.paused else "resume", name, who, reason, touched)
+        changed = _one(conn, "set_paused", {"job_name": name, "paused": plan.paused})
+        if changed is None:  # cannot happen under the row lock
+            raise OperatorError(f"job {name!r} could not be changed; nothing written")
+    return {"request": request, "job": changed}

@@ -1,0 +1,123 @@
+"""Scheduling lag of `runner`: N jobs due at the same instant every second.
+
+    python scripts/bench/runner_lag.py [--jobs 100 1000] [--seconds 20] [--processes 2]
+
+Starts the runner processes, lets them run for the window, stops them, and reads from the
+ledger, per run, lag = attempt start (the claim statement's database clock) - slot instant,
+over the slots fully inside the window. Prints p50/p95/p99/max, the slots expected and run,
+and for each slot the time until all N of its runs had started. Fresh scratch database per
+size, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from runner import migrate  # noqa: E402
+
+APP = '''
+from runner import Runner
+app = Runner()
+
+def noop(ctx):
+    pass
+
+for i in range({n}):
+    app.job(f"lag-{{i:04d}}", every="1s")(noop)
+'''
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int) -> dict[str, Any]:
+    info = psycopg.conninfo.conninfo_to_dict(admin)
+    name = f"bench_runner_lag_{jobs}"
+    url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    migrate.upgrade(url)
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "lag_app.py").write_text(APP.format(n=jobs))
+    procs = []
+    try:
+        for i in range(processes):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "runner", "start", "--app", f"{tmp / 'lag_app.py'}:app",
+                 "--workers", str(workers), "--log-level", "WARNING"],
+                env={**os.environ, "RUNNER_DATABASE_URL": url}, cwd=ROOT,
+                stderr=open(tmp / f"r{i}.log", "w")))  # noqa: SIM115
+        with psycopg.connect(url, autocommit=True) as conn:
+            live = "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
+            deadline = time.monotonic() + 60
+            while conn.execute(live).fetchone()[0] < processes and time.monotonic() < deadline:
+                time.sleep(0.1)
+            start = conn.execute("SELECT date_trunc('second', now()) + interval '2 seconds'").fetchone()[0]
+            time.sleep(seconds + 2)  # the measurement window itself
+            end = conn.execute("SELECT date_trunc('second', now()) - interval '1 second'").fetchone()[0]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(60)
+    with psycopg.connect(url, autocommit=True) as conn:
+        lags = [r[0] for r in conn.execute(
+            "SELECT extract(epoch FROM a.started_at - r.schedule_slot)::float8 FROM runner.job_runs r"
+            " JOIN runner.attempts a ON a.run_id = r.id AND a.attempt = 1"
+            " WHERE r.schedule_slot BETWEEN %s AND %s", (start, end)).fetchall()]
+        per_slot = [r[0] for r in conn.execute(
+            "SELECT extract(epoch FROM max(a.started_at) - r.schedule_slot)::float8 FROM runner.job_runs r"
+            " JOIN runner.attempts a ON a.run_id = r.id AND a.attempt = 1"
+            " WHERE r.schedule_slot BETWEEN %s AND %s GROUP BY r.schedule_slot", (start, end)).fetchall()]
+        expected = jobs * (int((end - start).total_seconds()) + 1)
+        dup = conn.execute("SELECT count(*) FROM runner.job_runs r WHERE r.schedule_slot BETWEEN %s AND %s"
+                           " AND r.attempt > 1", (start, end)).fetchone()[0]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return {"jobs": jobs, "expected_runs": expected, "runs": len(lags), "extra_attempts": dup,
+            "p50_ms": pct(lags, 50) * 1000, "p95_ms": pct(lags, 95) * 1000, "p99_ms": pct(lags, 99) * 1000,
+            "max_ms": max(lags) * 1000, "slot_all_started_max_ms": max(per_slot) * 1000,
+            "slot_all_started_median_ms": statistics.median(per_slot) * 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--jobs", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = [measure(args.dsn, n, args.seconds, args.processes, args.workers) for n in args.jobs]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"{'jobs':>5} {'runs/expected':>14} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+          f" {'all of a slot started, median/max ms':>38}")
+    for r in results:
+        print(f"{r['jobs']:>5} {r['runs']:>6}/{r['expected_runs']:<7} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}"
+              f" {r['p99_ms']:>8.1f} {r['max_ms']:>8.1f} {r['slot_all_started_median_ms']:>18.1f}"
+              f" / {r['slot_all_started_max_ms']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
