@@ -44,7 +44,7 @@ for i in range({n}):
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int) -> dict[str, Any]:

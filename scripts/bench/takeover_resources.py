@@ -1,0 +1,174 @@
+"""Takeover time after kill -9, and connections/RSS per runner process.
+
+    python scripts/bench/takeover_resources.py [--repeat 5] [--handlers 1 100 1000]
+
+Takeover: two `runner start` processes; the owner of a running run (its handler blocks) is
+killed with SIGKILL; the time from the kill (database clock, read just before the signal)
+to the start of the recovery attempt (the takeover statement's database clock) is read from
+the ledger. The default poll interval (1 s) bounds it; median of --repeat.
+
+Resources: one `runner start --workers N` process whose N handlers are all running at once
+(each sleeps, holding no ctx.db connection, then one variant where each holds ctx.db); the
+connections of that process (pg_stat_activity by application_name and client port) and its
+RSS from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from runner import migrate  # noqa: E402
+
+TAKEOVER_APP = '''
+import time
+from datetime import UTC, datetime, timedelta
+from runner import Runner
+app = Runner()
+
+@app.job("hold", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+def hold(ctx):
+    if ctx.attempt == 1:
+        time.sleep(3600)  # the owner is killed while this runs
+'''
+
+RESOURCE_APP = '''
+import time
+from datetime import UTC, datetime, timedelta
+from runner import Runner
+app = Runner()
+N = {n}
+
+@app.job("hold", every="1h", partitions=[str(i) for i in range(N)],
+         track_from=datetime.now(UTC) - timedelta(hours=1))
+def hold(ctx):
+    if {use_db}:
+        ctx.db.execute("SELECT 1")
+    time.sleep(3600)
+'''
+
+
+def scratch(admin: str, name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(admin)
+    url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    migrate.upgrade(url)
+    return url
+
+
+def drop(admin: str, name: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def wait(check: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise TimeoutError("condition not met")
+
+
+def start(url: str, app: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "runner", "start", "--app", f"{app}:app",
+                             "--log-level", "WARNING", *extra],
+                            env={**os.environ, "RUNNER_DATABASE_URL": url}, cwd=ROOT,
+                            stderr=subprocess.DEVNULL)
+
+
+def takeover_once(admin: str) -> float:
+    name = "bench_takeover"
+    url = scratch(admin, name)
+    app = Path(tempfile.mkdtemp()) / "takeover_app.py"
+    app.write_text(TAKEOVER_APP)
+    a = start(url, app, "--grace", "0")
+    b = None
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            wait(lambda: conn.execute("SELECT count(*) FROM runner.attempts a JOIN runner.instances i"
+                                      " ON i.instance_id = a.owner_instance WHERE i.pid = %s AND a.status = 'running'",
+                                      (a.pid,)).fetchone()[0] == 1)
+            b = start(url, app, "--grace", "0")
+            wait(lambda: conn.execute("SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
+                                      ).fetchone()[0] == 2)
+            # kill at a random phase of b's takeover pass (every poll interval, 1 s)
+            time.sleep(1 + random.random())
+            killed = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            a.kill()
+            recovered = wait(lambda: conn.execute("SELECT started_at FROM runner.attempts WHERE attempt = 2"
+                                                  ).fetchone(), 30)[0]
+    finally:
+        a.kill()
+        a.wait()
+        if b:
+            b.kill()
+            b.wait()
+        drop(admin, name)
+    return (recovered - killed).total_seconds()
+
+
+def resources(admin: str, n: int, use_db: bool) -> dict[str, Any]:
+    name = "bench_resources"
+    url = scratch(admin, name)
+    app = Path(tempfile.mkdtemp()) / "resource_app.py"
+    app.write_text(RESOURCE_APP.format(n=n, use_db=use_db))
+    proc = start(url, app, "--workers", str(n), "--grace", "0")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            wait(lambda: conn.execute("SELECT count(*) FROM runner.job_runs WHERE status = 'running'"
+                                      ).fetchone()[0] == n, 120)
+            time.sleep(1)  # let pools settle before reading
+            conns = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                                 " AND application_name LIKE 'runner%%' AND pid <> pg_backend_pid()",
+                                 (name,)).fetchone()[0]
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+        threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads")))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        drop(admin, name)
+    return {"handlers": n, "ctx_db": use_db, "connections": conns, "rss_mib": rss / 1024, "threads": threads}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--handlers", type=int, nargs="*", default=[1, 100, 1000])
+    args = parser.parse_args()
+    if args.repeat:
+        samples = [takeover_once(args.dsn) for _ in range(args.repeat)]
+        print(f"takeover after kill -9: median {statistics.median(samples):.3f} s, "
+              f"max {max(samples):.3f} s, samples {', '.join(f'{s:.3f}' for s in samples)}")
+    if args.handlers:
+        print(f"{'handlers':>8} {'ctx.db':>7} {'connections':>12} {'RSS MiB':>8} {'threads':>8}")
+        for n in args.handlers:
+            for use_db in (False, True):
+                if use_db and n > 100:
+                    continue  # one connection per running ctx.db: 1000 exceeds max_connections
+                r = resources(args.dsn, n, use_db)
+                print(f"{r['handlers']:>8} {r['ctx_db']!s:>7} {r['connections']:>12} {r['rss_mib']:>8.1f}"
+                      f" {r['threads']:>8}")
+
+
+if __name__ == "__main__":
+    main()
