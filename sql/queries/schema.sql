@@ -36,10 +36,3 @@ JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
 WHERE n.nspname = 'runner'
 ORDER BY p.proname, args
-
--- name: views
-SELECT c.relname, pg_get_viewdef(c.oid, true) AS definition
-FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'runner' AND c.relkind IN ('v', 'm')
-ORDER BY c.relname
