@@ -495,6 +495,8 @@ def _show_rerun(plan: operate.RerunPlan) -> None:
     if plan.refusal is None:
         typer.echo(f"will set it pending (trigger manual) for a new attempt now; its {run['attempt']} "
                    "earlier attempt(s) stop counting against max_attempts")
+        if run["job_paused"]:
+            typer.echo(f"note: job {run['job_name']!r} is paused: the attempt starts once it is resumed")
 
 
 @app.command()
@@ -674,7 +676,7 @@ def backfill_create(
     max_failures: Annotated[int, typer.Option(
         min=0, help="pause when more runs than this are failed or dead")] = 10,
     pause_when: Annotated[str | None, typer.Option(
-        help="pause when this SQL returns true (run read-only, with a 2 s timeout)")] = None,
+        help="pause when this SQL returns true (run read-only, 1 s timeout, every 5 s)")] = None,
     force: Annotated[bool, typer.Option(help="run again slots that already succeeded")] = False,
     dry_run: Annotated[bool, typer.Option(help="show the impact; write nothing")] = False,
     yes: YesOpt = False,
@@ -890,6 +892,33 @@ def backfill_cancel(
     """Cancel a plan: its runs not started yet are cancelled (with the reason); runs in
     flight finish. Audited."""
     _plan_action(plan_id, "cancel", reason, by, yes, as_json, database_url)
+
+
+@backfill_app.command("verify")
+def backfill_verify(
+    plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
+    reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+    app_spec: AppOpt = None, database_url: DbOpt = None,
+) -> None:
+    """Run a completed plan's verify check again (needs --app) and record it. Audited."""
+    why = _reason(reason)
+    with _errors():
+        runner_app = load_app(app_spec)
+        _, conn = _open_ledger(database_url)
+        before = backfill.show(conn, plan_id)
+        job_def = runner_app.jobs.get(before.plan["job_name"])
+        if job_def is None:
+            raise ConfigError(f"the app {app_spec!r} defines no job {before.plan['job_name']!r}")
+        if not as_json:
+            _show_progress(before)
+        _confirm(f"Verify backfill {plan_id} again?", yes)
+        done = backfill.reverify(conn, plan_id, job_def, why, by)
+        after = backfill.show(conn, plan_id)
+        conn.close()
+    if as_json:
+        _print_value({**done, "plan": after.as_dict()})
+    else:
+        typer.echo(f"{_verify_line(after.plan)}; request {done['request']['id']} by {done['request']['who']}")
 
 
 def _decide(action: str, job: str, slot: str | None, range_from: str | None, range_to: str | None,

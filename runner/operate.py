@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from runner import ledger
@@ -98,7 +99,10 @@ def status(conn: psycopg.Connection[Any], app: Runner | None = None,
     (None where that view does not exist); ``next_slot`` comes from the job's definition in
     ``app`` (None without it, or for a job the app does not define)."""
     now = ledger.db_now(conn)
-    jobs = ledger.dict_rows(conn, Q["job_health"], {"job_name": job_name})
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(Q["job_health"], {"job_name": job_name})
+        columns = [c.name for c in cur.description or ()]
+        jobs = cur.fetchall()
     missing: dict[str, int] | None = None
     if _present(conn, "runner.missing_slots", "job_name"):
         missing = {r["job_name"]: r["missing"]
@@ -107,7 +111,8 @@ def status(conn: psycopg.Connection[Any], app: Runner | None = None,
     synced = {row["job_name"] for row in jobs}
     for name, job in defs.items():  # defined in the app, never synced by a runner yet
         if name not in synced and job_name in (None, name):
-            jobs.append({"job_name": name, "owner": job.owner, "paused": job.paused})
+            jobs.append({**dict.fromkeys(columns), "job_name": name, "owner": job.owner,
+                         "paused": job.paused})
     for row in jobs:
         row["missing"] = None if missing is None else missing.get(row["job_name"], 0)
         definition = defs.get(row["job_name"])
@@ -155,9 +160,14 @@ def plan_rerun(conn: psycopg.Connection[Any], job_name: str, slot: datetime, par
     run = _one(conn, "find_run", {"job_name": job_name, "slot": slot, "partition_key": partition_key})
     if run is None:
         part = f", partition {partition_key!r}" if partition_key else ""
+        others = [r["partition_key"] for r in ledger.dict_rows(
+            conn, Q["slot_partitions"], {"job_name": job_name, "slot": slot})]
+        hint = ("check the slot's UTC instant with `runner runs --job`" if not others else
+                "that slot has runs for partition(s) "
+                + ", ".join(repr(p) for p in others[:10]) + (", ..." if len(others) > 10 else "")
+                + ": pass --partition")
         raise OperatorError(
-            f"no run of job {job_name!r} at slot {slot.isoformat()}{part}: nothing to rerun "
-            "(check the slot's UTC instant with `runner runs --job`)")
+            f"no run of job {job_name!r} at slot {slot.isoformat()}{part}: nothing to rerun ({hint})")
     attempts = ledger.dict_rows(conn, Q["run_attempts"], {"run_id": run["id"]})
     effects = None
     if _present(conn, "runner.effects", "run_id"):

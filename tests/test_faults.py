@@ -160,3 +160,22 @@ def test_timeouts_stop_handlers_without_blocking_the_runner(fault_db: str, tmp_p
     # the stubborn handler's pg_sleep was cancelled: no statement of it is still running
     assert scalar(fault_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3600)%%'"
                             " AND state = 'active'") == 0
+
+
+def test_ending_a_hung_owner_without_the_privilege_is_false_not_an_error(db_url: str) -> None:
+    import uuid
+
+    role = f"runner_nopriv_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(f'GRANT USAGE ON SCHEMA runner TO "{role}"')
+        admin.execute(f'GRANT EXECUTE ON FUNCTION runner.try_terminate_v1(integer) TO "{role}"')
+        victim = admin.info.backend_pid
+        try:
+            url = psycopg.conninfo.make_conninfo(db_url, user=role)
+            with psycopg.connect(url, autocommit=True) as weak:
+                assert weak.execute("SELECT runner.try_terminate_v1(%s)", (victim,)).fetchone() == (False,)
+            assert admin.execute("SELECT 1").fetchone() == (1,)  # still alive
+        finally:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')

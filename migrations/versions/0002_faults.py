@@ -15,7 +15,7 @@ branch_labels = None
 depends_on = None
 
 # applied in this order on upgrade; tables first, then functions and views that use them
-UPGRADE = ["revisions/0002_faults.sql", "views/run_stages.sql"]
+UPGRADE = ["revisions/0002_faults.sql", "functions/try_terminate_v1.sql", "views/run_stages.sql"]
 DOWNGRADE = ["revisions/0002_faults.down.sql"]
 
 

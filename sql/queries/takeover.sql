@@ -9,9 +9,9 @@
 -- name: end_hung_owners
 -- Attempts whose heartbeat is older than their job's lease while their lock is still held:
 -- the owner process is stopped, partitioned or hung. End the holder's session so the lock is
--- released and the run can be taken over. pg_terminate_backend needs the pg_signal_backend
--- role (or superuser, or the same role as the holder); without it this returns false and the
--- hung attempt stays reported (runner.alerts) until its owner resumes or dies.
+-- released and the run can be taken over. Ending it needs the pg_signal_backend role (or
+-- superuser, or the same role as the holder); without it runner.try_terminate_v1 returns
+-- false and the hung attempt stays reported until its owner resumes or dies.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), hung AS (
@@ -33,7 +33,7 @@ WITH clock AS (
     SELECT holder, min(run_id) AS run_id, min(heartbeat_at) AS heartbeat_at
     FROM hung GROUP BY holder
 )
-SELECT holder, run_id, heartbeat_at, pg_terminate_backend(holder) AS terminated
+SELECT holder, run_id, heartbeat_at, runner.try_terminate_v1(holder) AS terminated
 FROM holders
 
 -- name: take_over_orphans

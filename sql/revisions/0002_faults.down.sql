@@ -1,4 +1,5 @@
 -- Undo revision 0002_faults.
+DROP FUNCTION IF EXISTS runner.try_terminate_v1(integer);
 
 -- == runs and attempts: hand-over and leases ==
 DROP INDEX IF EXISTS runner.attempts_running_heartbeat;

@@ -1,0 +1,113 @@
+-- Named statements of the operator commands (runner/operate.py): status, rerun, pause and
+-- resume. Every change an operator makes is written in the same transaction as its
+-- runner.requests row.
+
+-- name: job_health
+SELECT h.job_name, h.owner, h.paused, h.last_success_at, h.last_success_slot,
+       h.last_success_business_date, h.last_success_run_id, h.last_slot, h.last_slot_statuses,
+       h.last_processed, h.last_failed, h.succeeded_24h, h.failed_24h, h.dead_24h,
+       h.oldest_unfinished_slot, h.lag
+FROM runner.job_health h
+WHERE (%(job_name)s::text IS NULL OR h.job_name = %(job_name)s)
+ORDER BY h.job_name
+
+-- name: alerts
+SELECT a.kind, a.job_name, a.owner, a.run_id, a.detail, a.since
+FROM runner.alerts a
+WHERE (%(job_name)s::text IS NULL OR a.job_name = %(job_name)s)
+ORDER BY a.since DESC NULLS LAST, a.kind, a.job_name, a.run_id
+
+-- name: has_column
+-- Whether a relation exists and has a column: the operator commands use relations of other
+-- revisions (runner.missing_slots, runner.effects) only where they exist.
+SELECT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = to_regclass(%(relation)s) AND a.attname = %(column)s
+      AND a.attnum > 0 AND NOT a.attisdropped
+) AS present
+
+-- name: missing_counts
+SELECT m.job_name, count(*) AS missing
+FROM runner.missing_slots m
+WHERE (%(job_name)s::text IS NULL OR m.job_name = %(job_name)s)
+GROUP BY m.job_name
+
+-- name: find_run
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status,
+       r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.next_attempt_at, r.started_at,
+       r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason,
+       coalesce(j.paused, false) AS job_paused
+FROM runner.job_runs r
+LEFT JOIN runner.jobs j ON j.job_name = r.job_name
+WHERE r.job_name = %(job_name)s AND r.schedule_slot = %(slot)s
+  AND r.partition_key = %(partition_key)s
+
+-- name: slot_partitions
+-- The partitions that do have a run at a slot (to help an operator who gave the wrong one).
+SELECT r.partition_key
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s AND r.schedule_slot = %(slot)s
+ORDER BY r.partition_key
+LIMIT 11
+
+-- name: lock_run
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status,
+       r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.next_attempt_at, r.started_at,
+       r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason
+FROM runner.job_runs r
+WHERE r.id = %(run_id)s
+FOR UPDATE
+
+-- name: run_attempts
+SELECT a.attempt, a.fence, a.trigger, a.status, a.owner_host, a.owner_pid, a.started_at,
+       a.finished_at, a.error_class, a.error_message
+FROM runner.attempts a
+WHERE a.run_id = %(run_id)s
+ORDER BY a.fence
+
+-- name: run_effects
+-- Whatever columns runner.effects has (revision 0002), as one json object per effect.
+SELECT to_jsonb(e) AS effect
+FROM runner.effects e
+WHERE e.run_id = %(run_id)s
+ORDER BY e.id
+
+-- name: rerun_run
+-- Queue the run for a new attempt now, triggered 'manual'. The attempts it had so far stop
+-- counting against max_attempts, so even a dead run gets a full budget of attempts again.
+-- Guarded by the status and fence the operator was shown: a run that changed meanwhile is
+-- left alone (no row returned).
+UPDATE runner.job_runs r
+SET status = 'pending',
+    trigger = 'manual',
+    next_attempt_at = coalesce(%(now)s::timestamptz, now()),
+    uncounted_attempts = r.attempt,
+    finished_at = NULL,
+    processed_count = 0,
+    failed_count = 0,
+    status_reason = %(status_reason)s,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE r.id = %(run_id)s AND r.status = %(status)s AND r.fence = %(fence)s
+RETURNING r.id, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.next_attempt_at
+
+-- name: job_state
+SELECT j.job_name, j.paused, j.options ->> 'owner' AS owner,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.job_name = j.job_name AND r.status = 'running') AS running,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.job_name = j.job_name AND r.status IN ('pending', 'failed')) AS queued
+FROM runner.jobs j
+WHERE j.job_name = %(job_name)s
+
+-- name: lock_job
+SELECT j.job_name, j.paused FROM runner.jobs j WHERE j.job_name = %(job_name)s FOR UPDATE
+
+-- name: set_paused
+UPDATE runner.jobs SET paused = %(paused)s
+WHERE job_name = %(job_name)s AND paused <> %(paused)s
+RETURNING job_name, paused
+
+-- name: insert_request
+INSERT INTO runner.requests (action, job_name, who, reason, touched)
+VALUES (%(action)s, %(job_name)s, %(who)s, %(reason)s, %(touched)s)
+RETURNING id, action, job_name, who, reason, requested_at, db_user, touched
