@@ -9,7 +9,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runner.errors import JobDefinitionError, Permanent
@@ -69,6 +69,7 @@ class JobDef:
     stale_after: timedelta | None = None  # runner.alerts: no success for longer than this
     overlap: str = "allow"
     verify: VerifyFn | str | None = None  # a results check: callable or SQL (runner/backfill.py)
+    window: timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -83,6 +84,24 @@ class JobDef:
             return list(self.partitions)
         keys = _partition_keys(self.name, self.partitions(slot))
         return list(keys)
+
+    def window_for(self, slot: datetime) -> tuple[datetime, datetime]:
+        """The business window of a slot: ``[previous slot, slot)`` by default; ``window=`` a
+        length gives ``[slot - length, slot)``; a callable of the slot gives its own."""
+        if self.window is None:
+            return self.schedule.window(slot)
+        if isinstance(self.window, timedelta):
+            return slot - self.window, slot
+        got = self.window(slot)
+        try:
+            start, end = got
+        except (TypeError, ValueError):
+            raise JobDefinitionError(self.name, "window", f"the callable must return (start, end), got {got!r}") from None
+        if not (isinstance(start, datetime) and isinstance(end, datetime) and start.tzinfo and end.tzinfo):
+            raise JobDefinitionError(self.name, "window", "the callable must return aware datetimes")
+        if start > end:
+            raise JobDefinitionError(self.name, "window", f"window start {start} is after its end {end}")
+        return start.astimezone(UTC), end.astimezone(UTC)
 
     def is_permanent(self, exc: BaseException) -> bool:
         return isinstance(exc, (Permanent, *self.permanent))
@@ -183,6 +202,7 @@ class Runner:
         stale_after: str | int | float | timedelta | None = None,
         overlap: str = "allow",
         verify: VerifyFn | str | None = None,
+        window: str | int | float | timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of job ``name``."""
         job = self._define(
@@ -207,6 +227,7 @@ class Runner:
             stale_after=stale_after,
             overlap=overlap,
             verify=verify,
+            window=window,
         )
 
         def register(handler: Handler) -> Handler:
@@ -277,6 +298,9 @@ class Runner:
         if kw["overlap"] not in OVERLAP_POLICIES:
             raise JobDefinitionError(
                 job, "overlap", f"must be one of {', '.join(OVERLAP_POLICIES)}, got {kw['overlap']!r}")
+        window = kw["window"]
+        if window is not None and not callable(window):
+            window = _interval_of(job, "window", window)
         verify = kw["verify"]
         if isinstance(verify, str) and not verify.strip():
             raise JobDefinitionError(job, "verify", "an empty SQL check")
@@ -286,6 +310,7 @@ class Runner:
         return JobDef(
             name=job,
             verify=verify,
+            window=window,
             overlap=kw["overlap"],
             timeout=timeout,
             lease=lease,

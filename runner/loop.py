@@ -303,10 +303,12 @@ class Worker:
             if self._free() > 0:
                 _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
                 self._start(runs)
-            # -- backfill lane (runner/backfill.py): below realtime. After this tick's slots,
-            # takeovers and retries, and with at most half of the free capacity, so due
-            # realtime slots are never kept waiting by backfill work. Also pauses/completes plans.
-            self._start(backfill.run_once(self._conn(), self.owner, self.jobs, self._free() // 2))
+        # -- backfill lane (runner/backfill.py), below realtime: after this tick's slots,
+        # takeovers and retries; with at most half of the free capacity, and none while due
+        # slots still wait to be claimed. Every tick (a finished run wakes the loop), so a
+        # plan keeps its concurrency busy; the pass also pauses and completes plans.
+        self._start(backfill.run_once(self._conn(), self.owner, self.jobs,
+                                      0 if self._pending else self._free() // 2))
         if mono >= self._next_beat:
             self._next_beat = mono + self._beat_every
             with self._active_lock:
@@ -359,7 +361,7 @@ class Worker:
             # collide on every row
             turn = self._rng.randrange(len(keys))
             keys = keys[turn:] + keys[:turn]
-        start, end = job.schedule.window(slot)
+        start, end = job.window_for(slot)
         business_date = job.schedule.business_date(start)
         return [
             SlotClaim(job.name, slot, key, business_date, start, end,

@@ -124,7 +124,7 @@ def _decide(job: JobDef, slot: datetime, newest: datetime, replayed: set[datetim
         log.error("job %r: partitions for late slot %s raised %s; the gap scan shows it",
                   job.name, slot.isoformat(), type(exc).__name__)
         return []
-    start, end = job.schedule.window(slot)
+    start, end = job.window_for(slot)
     late = _human(now - slot)
     policy = job.misfire
     status: str

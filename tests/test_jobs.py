@@ -97,3 +97,22 @@ def test_backoff_jitter_stays_within_bounds() -> None:
     rng = random.Random(7)
     delays = [b.delay(3, rng).total_seconds() for _ in range(200)]
     assert min(delays) >= 32 and max(delays) <= 48 and len(set(delays)) > 100
+
+
+def test_window_rules() -> None:
+    app = Runner()
+    slot = datetime(2026, 3, 2, 2, 0, tzinfo=UTC)
+    app.job("default", cron="0 2 * * *")(noop)
+    app.job("fixed", cron="0 2 * * *", window="6h")(noop)
+    app.job("custom", cron="0 2 * * *",
+            window=lambda s: (s - timedelta(days=7), s - timedelta(days=1)))(noop)
+    app.job("broken", cron="0 2 * * *", window=lambda s: (s, s - timedelta(hours=1)))(noop)
+    jobs = app.jobs
+    assert jobs["default"].window_for(slot) == (slot - timedelta(days=1), slot)
+    assert jobs["fixed"].window_for(slot) == (slot - timedelta(hours=6), slot)
+    assert jobs["custom"].window_for(slot) == (slot - timedelta(days=7), slot - timedelta(days=1))
+    with pytest.raises(JobDefinitionError, match="after its end"):
+        jobs["broken"].window_for(slot)
+    with pytest.raises(JobDefinitionError) as info:
+        Runner().job("bad", cron="0 2 * * *", window="soon")(noop)
+    assert info.value.field == "window"
