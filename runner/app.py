@@ -96,7 +96,8 @@ class JobDef:
         try:
             start, end = got
         except (TypeError, ValueError):
-            raise JobDefinitionError(self.name, "window", f"the callable must return (start, end), got {got!r}") from None
+            raise JobDefinitionError(
+                self.name, "window", f"the callable must return (start, end), got {got!r}") from None
         if not (isinstance(start, datetime) and isinstance(end, datetime) and start.tzinfo and end.tzinfo):
             raise JobDefinitionError(self.name, "window", "the callable must return aware datetimes")
         if start > end:
