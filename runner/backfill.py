@@ -36,12 +36,14 @@ pass, under that lock, the plan
 
 * pauses when its failed + dead runs exceed ``max_failures``;
 * pauses when the operator's ``pause_when`` query returns true, or fails (its error is the
-  pause reason). The query is run as given, on the runner's connection, in its own
-  transaction that is read-only (``transaction_read_only``), has a ``statement_timeout`` of
-  ``PAUSE_WHEN_TIMEOUT`` and is always rolled back; it is sent as one prepared statement, so
-  it cannot carry a second statement. It must return one row whose first column is a
-  boolean (NULL counts as false). It runs with the runner's database role: grant that role
-  only what the condition needs to read;
+  pause reason). It is checked when the plan is created (an error refuses the plan), then at
+  most every ``PAUSE_WHEN_EVERY`` seconds. The query is run as given, on the runner's lock
+  session, in its own transaction that is read-only (``transaction_read_only``), has a
+  ``statement_timeout`` of ``PAUSE_WHEN_TIMEOUT`` (it runs on the loop's thread: it must be
+  cheap) and is always rolled back; it is sent as one prepared statement, so it cannot carry
+  a second statement. It must return one row whose first column is a boolean (NULL counts as
+  false). It runs with the runner's database role: grant that role only what the condition
+  needs to read;
 * completes when none of its runs is pending, running or failed.
 
 **Verification.** When a plan completes, the process that completed it (it has the job's
@@ -54,7 +56,9 @@ returning ``True``/``False``, a string (a failure, saying why) or ``(passed, det
 string with the named parameters ``%(window_start)s``, ``%(window_end)s`` and
 ``%(partition)s`` returning one row: the outcome (boolean) and, optionally, a detail. Each
 check runs in a transaction that is rolled back afterwards (read-only for SQL), with a
-statement timeout of ``VERIFY_TIMEOUT``.
+statement timeout of ``VERIFY_TIMEOUT``. If that process dies before recording the outcome,
+the plan stays unverified (``verify_status`` NULL); ``runner backfill verify ID`` (``reverify``)
+runs the check again, audited, as it does after the data was fixed.
 """
 
 from __future__ import annotations
@@ -81,7 +85,8 @@ from runner.sqlfiles import queries
 log = logging.getLogger("runner.backfill")
 Q = queries("backfill")
 
-PAUSE_WHEN_TIMEOUT = "2s"  # an operator's pause condition must be cheap
+PAUSE_WHEN_TIMEOUT = "1s"  # an operator's pause condition must be cheap: it runs on the loop's thread
+PAUSE_WHEN_EVERY = 5.0  # seconds between two runs of a plan's pause condition
 VERIFY_TIMEOUT = "10min"
 MAX_EXPECTED_RUNS = 1_000_000  # slot x partitions in one plan
 ACTIVE = ("planned", "running", "paused")  # plans whose runs are the lane's
@@ -237,7 +242,7 @@ def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | N
             except Exception as exc:
                 raise OperatorError(f"job {job.name!r}: partitions for slot {slot.isoformat()} raised "
                                     f"{type(exc).__name__}: {_first_line(exc)}") from None
-        start, end = sched.window(slot)
+        start, end = job.window_for(slot)
         business_date = sched.business_date(start)
         for key in keys:
             out.slots.append(slot)
@@ -354,51 +359,66 @@ def evaluate_pause_when(conn: psycopg.Connection[Any], sql: str) -> tuple[bool |
 
 
 def run_once(conn: psycopg.Connection[Any], owner: Owner, jobs: Mapping[str, JobDef], limit: int,
-             now: datetime | None = None) -> list[ClaimedRun]:
+             now: datetime | None = None, pause_check_every: float = PAUSE_WHEN_EVERY) -> list[ClaimedRun]:
     """One pass of the backfill lane over the running plans of ``jobs``: pause, complete,
     and claim up to ``limit`` runs (all plans together). ``conn`` must be this process's lock
     session (autocommit): the runs claimed are locked on it. Returns the runs to start."""
     claimed: list[ClaimedRun] = []
-    finished: list[int] = []
-    plans = ledger.dict_rows(conn, Q["lane_plans"], {"job_names": list(jobs)})
+    plans = ledger.dict_rows(conn, Q["lane_plans"], {"now": now, "pause_check_every": pause_check_every})
     for p in plans:
-        job = jobs[p["job_name"]]
-        condition = evaluate_pause_when(conn, p["pause_when"]) if p["pause_when"] else None
-        with conn.transaction():
-            got = _one(conn, "try_lock_plan", {"namespace": owner.namespace, "plan_id": p["id"]})
-            if not (got and got["locked"]):
-                continue  # another process is on it this pass
-            state = _one(conn, "plan_state", {"plan_id": p["id"], "now": now})
-            if state is None or state["status"] != "running":
-                continue
-            reason = _pause_reason(state, condition)
-            if reason is not None:
-                _one(conn, "pause_plan", {"plan_id": p["id"], "reason": reason[:1000], "now": now})
-                log.warning("backfill_paused plan=%s job=%s: %s", p["id"], job.name, reason)
-                continue
-            if state["unfinished"] == 0:
-                _one(conn, "complete_plan", {"plan_id": p["id"], "verify": job.verify is not None,
-                                              "now": now})
-                log.info("backfill_completed plan=%s job=%s", p["id"], job.name)
-                if job.verify is not None:
-                    finished.append(p["id"])
-                continue
-            if state["job_paused"]:
-                continue
-            room = min(limit - len(claimed), state["concurrency"] - state["running"])
-            tokens = state["tokens"]
-            if tokens is not None:
-                room = min(room, math.floor(tokens + 1e-9))
-            if room <= 0:
-                continue
-            rows = conn.execute(Q["claim_plan_runs"], {
-                **owner.params(), "plan_id": p["id"], "replay_group_id": state["replay_group_id"],
-                "limit": room, "tokens": tokens, "now": now}).fetchall()
-            _, runs = ledger._claimed(rows)
-            claimed.extend(runs)
-    for plan_id in finished:
-        _verify_in_background(conn, plan_id, jobs)
+        job = jobs.get(p["job_name"])
+        if job is None:
+            continue  # a job this process does not define: another runner's
+        try:
+            completed = _plan_pass(conn, owner, job, p, limit - len(claimed), now, claimed)
+        except Exception as exc:
+            if isinstance(exc, psycopg.OperationalError) or conn.closed or conn.broken:
+                raise
+            # one plan's trouble must not lose the runs already claimed for the others
+            log.error("backfill %s: lane pass failed (%s: %s); trying again next pass", p["id"],
+                      type(exc).__name__, _first_line(exc))
+            continue
+        if completed and job.verify is not None:
+            _verify_in_background(conn, p["id"], job)
     return claimed
+
+
+def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict[str, Any], limit: int,
+               now: datetime | None, claimed: list[ClaimedRun]) -> bool:
+    """One plan's turn, in one transaction under its advisory lock: pause it, complete it
+    (returns True), or claim its next runs into ``claimed``."""
+    condition = evaluate_pause_when(conn, p["pause_when"]) if p["pause_due"] else None
+    with conn.transaction():
+        got = _one(conn, "try_lock_plan", {"namespace": owner.namespace, "plan_id": p["id"]})
+        if not (got and got["locked"]):
+            return False  # another process is on it this pass
+        state = _one(conn, "plan_state", {"plan_id": p["id"], "now": now})
+        if state is None or state["status"] != "running":
+            return False
+        if condition is not None:
+            conn.execute(Q["pause_checked"], {"plan_id": p["id"], "now": now})
+        reason = _pause_reason(state, condition)
+        if reason is not None:
+            _one(conn, "pause_plan", {"plan_id": p["id"], "reason": reason[:1000], "now": now})
+            log.warning("backfill_paused plan=%s job=%s: %s", p["id"], job.name, reason)
+            return False
+        if state["unfinished"] == 0:
+            _one(conn, "complete_plan", {"plan_id": p["id"], "verify": job.verify is not None, "now": now})
+            log.info("backfill_completed plan=%s job=%s", p["id"], job.name)
+            return True
+        if state["job_paused"]:
+            return False
+        room = min(limit, state["concurrency"] - state["running"])
+        tokens = state["tokens"]
+        if tokens is not None:
+            room = min(room, math.floor(tokens + 1e-9))
+        if room <= 0:
+            return False
+        rows = conn.execute(Q["claim_plan_runs"], {
+            **owner.params(), "plan_id": p["id"], "replay_group_id": state["replay_group_id"],
+            "limit": room, "tokens": tokens, "now": now}).fetchall()
+        claimed.extend(ledger._claimed(rows)[1])
+    return False
 
 
 def _pause_reason(state: dict[str, Any], condition: tuple[bool | None, str | None] | None) -> str | None:
@@ -432,37 +452,74 @@ def plan_window(job: JobDef, range_from: datetime, range_to: datetime) -> tuple[
     slots = job.schedule.slots_between(range_from - _EPSILON, range_to - _EPSILON)
     if not slots:
         return range_from, range_to
-    return job.schedule.window(slots[0])[0], job.schedule.window(slots[-1])[1]
+    return job.window_for(slots[0])[0], job.window_for(slots[-1])[1]
 
 
 def verify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef,
            now: datetime | None = None) -> dict[str, Any]:
     """Run the job's verify check over the plan's range, per partition, and record the
     outcome on the plan. Returns the recorded verify columns."""
+    status, detail = run_checks(conn, plan_id, job)
+    recorded = _record_verify(conn, plan_id, status, detail, now)
+    log.info("backfill_verified plan=%s job=%s status=%s", plan_id, job.name, status)
+    return recorded
+
+
+def run_checks(conn: psycopg.Connection[Any], plan_id: int, job: JobDef) -> tuple[str, dict[str, Any]]:
+    """The verify outcome of a plan (nothing recorded): its status and detail."""
     row = _one(conn, "get_plan", {"plan_id": plan_id})
     if row is None:
-        raise OperatorError(f"no backfill {plan_id}")
+        raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
+    if row["job_name"] != job.name:
+        raise OperatorError(f"backfill {plan_id} is of job {row['job_name']!r}, not {job.name!r}")
     start, end = plan_window(job, row["range_from"], row["range_to"])
     detail: dict[str, Any] = {"window_start": start.isoformat(), "window_end": end.isoformat()}
     if job.verify is None:
-        status = "not_configured"
         detail["checks"] = []
-    else:
-        partitions = row["partitions"] or [
-            r["partition_key"] for r in ledger.dict_rows(conn, Q["group_partitions"],
-                                                         {"replay_group_id": row["replay_group_id"]})
-        ] or [""]
-        checks = [_check(conn, job, start, end, p) for p in partitions]
-        outcomes = {c.outcome for c in checks}
-        status = "failed" if "failed" in outcomes else "error" if "error" in outcomes else "passed"
-        detail["checks"] = [{"partition": c.partition, "outcome": c.outcome, "detail": c.detail}
-                            for c in checks]
+        return "not_configured", detail
+    partitions = row["partitions"] or [
+        r["partition_key"] for r in ledger.dict_rows(conn, Q["group_partitions"],
+                                                     {"replay_group_id": row["replay_group_id"]})
+    ] or [""]
+    checks = [_check(conn, job, start, end, p) for p in partitions]
+    outcomes = {c.outcome for c in checks}
+    status = "failed" if "failed" in outcomes else "error" if "error" in outcomes else "passed"
+    detail["checks"] = [{"partition": c.partition, "outcome": c.outcome, "detail": c.detail}
+                        for c in checks]
+    return status, detail
+
+
+def _record_verify(conn: psycopg.Connection[Any], plan_id: int, status: str, detail: dict[str, Any],
+                   now: datetime | None) -> dict[str, Any]:
     recorded = _one(conn, "record_verify", {
         "plan_id": plan_id, "verify_status": status, "verify_detail": Jsonb(detail, dumps=_dumps),
         "now": now})
     assert recorded is not None
-    log.info("backfill_verified plan=%s job=%s status=%s", plan_id, job.name, status)
     return recorded
+
+
+def reverify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef, reason: str,
+             who: str | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """Run a completed plan's verify check again (after its data was fixed, or when the
+    process that completed it died before recording the outcome), and record the outcome
+    with a request row, in one transaction. Returns {"backfill": verify columns, "request"}."""
+    reason = operate._text(reason, "--reason")
+    who = operate._text(who or default_who(), "--by")
+    row = _one(conn, "get_plan", {"plan_id": plan_id})
+    if row is None:
+        raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
+    if row["status"] != "completed":
+        raise OperatorError(f"backfill {plan_id} is {row['status']}: only a completed plan is verified; "
+                            "nothing written")
+    status, detail = run_checks(conn, plan_id, job)
+    with conn.transaction():
+        recorded = _record_verify(conn, plan_id, status, detail, now)
+        request = operate._request(conn, "backfill_verify", row["job_name"], who, reason, {
+            "backfills": [{"id": plan_id, "before": {"verify_status": row["verify_status"]},
+                           "after": {"verify_status": status}}]})
+    log.info("backfill_verified plan=%s job=%s status=%s (again, request %s)", plan_id, job.name,
+             status, request["id"])
+    return {"backfill": recorded, "request": request}
 
 
 def _check(conn: psycopg.Connection[Any], job: JobDef, start: datetime, end: datetime,
@@ -503,23 +560,21 @@ def _outcome(partition: str, value: object) -> Check:
                  f"verify returned {type(value).__name__}; expected bool, str or (bool, str)")
 
 
-def _verify_in_background(conn: psycopg.Connection[Any], plan_id: int, jobs: Mapping[str, JobDef]) -> None:
-    """Run ``verify`` on its own connection and thread, so the loop is never held up by it."""
+def _verify_in_background(conn: psycopg.Connection[Any], plan_id: int, job: JobDef) -> None:
+    """Run ``verify`` on its own connection and thread, so the loop is never held up by it.
+    If this process dies first, the plan stays unverified: `runner backfill verify ID`."""
     info = conn.info
     dsn, password = info.dsn, info.password
 
     def work() -> None:
-        row = None
         try:
             with psycopg.connect(dsn, password=password or None, autocommit=True,
                                  application_name="runner-verify") as own:
                 own.execute("SET TIME ZONE 'UTC'")
-                row = _one(own, "get_plan", {"plan_id": plan_id})
-                if row is not None:
-                    verify(own, plan_id, jobs[row["job_name"]])
-        except Exception as exc:  # a broken connection: say so; `runner backfill show` shows it unverified
-            log.error("backfill %s: verification failed: %s: %s", plan_id, type(exc).__name__,
-                      _first_line(exc))
+                verify(own, plan_id, job)
+        except Exception as exc:  # e.g. the database went away: the plan shows unverified
+            log.error("backfill %s: verification failed: %s: %s (run `runner backfill verify %s`)",
+                      plan_id, type(exc).__name__, _first_line(exc), plan_id)
 
     threading.Thread(target=work, name=f"runner-verify-{plan_id}", daemon=True).start()
 

@@ -8,7 +8,9 @@ SELECT job_name, track_from FROM runner.jobs WHERE job_name = %(job_name)s FOR U
 -- name: latest_decided_slot
 -- The newest slot at or before the cutoff that already has a run (any status), else just
 -- before the job's tracked range starts. Late slots are those after it, up to the cutoff.
-SELECT coalesce(
+-- (greatest, not coalesce: a run older than the tracked range, e.g. a backfill of slots
+-- before the job was registered, must not make every slot since then late.)
+SELECT greatest(
     (SELECT r.schedule_slot FROM runner.job_runs r
      WHERE r.job_name = %(job_name)s AND r.schedule_slot <= %(cutoff)s
      ORDER BY r.schedule_slot DESC LIMIT 1),

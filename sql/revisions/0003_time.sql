@@ -8,9 +8,9 @@ ALTER TABLE runner.job_runs ADD COLUMN coalesced_into_slot timestamptz;
 -- == gap scan: watermarks and recorded holes ==================================================
 -- runner.missing_slots (sql/views/missing_slots.sql) expands each job's expected slots from
 -- its schedule history. So that its cost does not grow with the ledger's age, slots are only
--- expanded above a per-job watermark; below it the view reads two small sets instead:
--- runs that are not accounted for (job_runs_unaccounted, a partial index) and the holes the
--- watermark advance recorded (runner.gap_holes). runner.advance_watermarks_v1() moves both.
+-- expanded above a per-job watermark; below it the view reads the holes the watermark advance
+-- recorded (runner.gap_holes), and runs that are not accounted for come from a partial index
+-- (job_runs_unaccounted). runner.advance_watermarks_v1() moves the watermarks and the holes.
 --
 -- Invariant: for every job with a watermark row whose track_from equals runner.jobs.track_from,
 -- every expected slot x partition s with track_from <= s <= complete_through, judged by the
@@ -42,7 +42,7 @@ CREATE TABLE runner.gap_holes (
 );
 
 -- Runs that do not account for their slot (every status but succeeded, skipped, coalesced and
--- cancelled): the gap scan reads them below the watermark without scanning old runs.
+-- cancelled): the gap scan lists them over the whole tracked range without scanning old runs.
 CREATE INDEX job_runs_unaccounted ON runner.job_runs (job_name, schedule_slot)
     WHERE status IN ('pending', 'running', 'failed', 'dead', 'awaiting_approval');
 
@@ -77,6 +77,7 @@ CREATE TABLE runner.backfills (
     rate                double precision CHECK (rate > 0),   -- runs started per second; NULL: unlimited
     max_failures        integer CHECK (max_failures >= 0),   -- NULL: never pause on failures
     pause_when          text CHECK (btrim(pause_when) <> ''),
+    pause_checked_at    timestamptz,          -- when pause_when last ran (at most every 5 s)
     force               boolean NOT NULL DEFAULT false,
     status              text NOT NULL DEFAULT 'running' CHECK (status IN (
                             'planned', 'running', 'paused', 'cancelled', 'completed')),
@@ -96,8 +97,9 @@ CREATE TABLE runner.backfills (
     CONSTRAINT backfills_range CHECK (range_from < range_to)
 );
 
--- the plans a lane pass looks at, and a run's plan
-CREATE INDEX backfills_active ON runner.backfills (job_name) WHERE status IN ('planned', 'running', 'paused');
+-- the plans a lane pass looks at (every tick of every runner), and a run's plan
+CREATE INDEX backfills_active ON runner.backfills (status, job_name)
+    WHERE status IN ('planned', 'running', 'paused');
 -- a plan's runs by status: progress, running (its concurrency), failed + dead, completion
 CREATE INDEX job_runs_replay_group ON runner.job_runs (replay_group_id, status)
     WHERE replay_group_id IS NOT NULL;

@@ -1,0 +1,533 @@
+"""Backfills: the plan's impact (dry run), creation that reuses runs, the lane (concurrency,
+rate, priority below realtime, pauses, completion), the operator's commands, verification.
+
+The lane's logic is driven directly (``backfill.run_once`` on a lock session, outcomes
+recorded with ``ledger.finish_attempts``) where one process is enough; real ``runner start``
+processes execute plans where concurrency, rate and lag are the point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import psycopg
+import pytest
+
+from runner import Runner, backfill, ledger, operate
+from runner.ledger import Outcome, Owner
+from tests.apps.backfill import app as bf_app
+from tests.support import RunnerProcess, eventually, rows, runner_cmd, scalar
+
+APP = "tests/apps/backfill.py:app"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def at(hours: float) -> datetime:
+    return T0 + hours * HOUR
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat()
+
+
+def cli(*args: str, url: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI with stdin a pipe (never the developer's terminal)."""
+    return subprocess.run(runner_cmd(*args), capture_output=True, text=True, input=stdin, timeout=120,
+                          env={**os.environ, "RUNNER_DATABASE_URL": url, **(env or {})},
+                          cwd=Path(__file__).resolve().parent.parent)
+
+
+def ok_json(out: subprocess.CompletedProcess[str]) -> Any:
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def url(db_url: str) -> str:
+    """A fresh database with the tables the test app's handlers write."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE bf_gauge (running int NOT NULL DEFAULT 0, peak int NOT NULL DEFAULT 0)")
+        c.execute("INSERT INTO bf_gauge VALUES (0, 0)")
+        c.execute("CREATE TABLE bf_done (slot timestamptz, partition_key text, run_id bigint, fence bigint)")
+        c.execute("CREATE TABLE bf_stop (id int)")
+    return db_url
+
+
+@pytest.fixture
+def conn(url: str) -> Any:
+    """An autocommit session in the UTC zone, used as a runner's lock session."""
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("SET TIME ZONE 'UTC'")
+        yield c
+
+
+OWNER = Owner(uuid4(), "test-host", 4242, 21077)
+
+
+def make_run(conn: Any, job: str, slot: datetime, partition: str = "", *, status: str = "succeeded",
+             attempt: int = 1) -> int:
+    row = conn.execute(
+        "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date, window_start,"
+        " window_end, status, trigger, attempt, fence, idempotency_key, started_at, finished_at,"
+        " next_attempt_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, 'schedule', %s, %s, 'k', now(), now(),"
+        " CASE WHEN %s = 'failed' THEN now() + interval '1 hour' END) RETURNING id",
+        (job, slot, partition, slot.date(), slot - HOUR, slot, status, attempt, attempt, status)).fetchone()
+    return int(row[0])
+
+
+def make_effect(conn: Any, run_id: int, key: str, status: str = "confirmed") -> None:
+    conn.execute(
+        "INSERT INTO runner.effects (effect_key, run_id, job_name, status, attempt, fence, send_count,"
+        " confirmed_by, confirmed_at) VALUES (%s, %s, 'hourly', %s, 1, 1, 1,"
+        " CASE WHEN %s = 'confirmed' THEN 'send' END, CASE WHEN %s = 'confirmed' THEN now() END)",
+        (key, run_id, status, status, status))
+
+
+def spec(job: str = "hourly", start: float = 0, end: float = 6, **kw: Any) -> backfill.Spec:
+    return backfill.Spec(job_name=job, range_from=at(start), range_to=at(end), **kw)
+
+
+def create(conn: Any, s: backfill.Spec, app: Runner = bf_app) -> dict[str, Any]:
+    return backfill.create(conn, backfill.plan(conn, app.jobs[s.job_name], s), "test", "tester")
+
+
+def finish(conn: Any, runs: list[ledger.ClaimedRun], status: str = "succeeded") -> None:
+    ledger.finish_attempts(conn, [Outcome(r.id, r.fence, status, error_class="E",
+                                          error_message="boom", retry_delay=0.0) for r in runs])
+    ledger.unlock_runs(conn, OWNER.namespace, [r.id for r in runs])
+
+
+def plan_row(conn: Any, plan_id: int) -> dict[str, Any]:
+    cur = conn.execute("SELECT * FROM runner.backfills WHERE id = %s", (plan_id,))
+    names = [d.name for d in cur.description]
+    return dict(zip(names, cur.fetchone(), strict=True))
+
+
+def mixed_ledger(conn: Any) -> dict[str, int]:
+    """Runs of 'hourly' in every state over the slots at0..at4 (partitions a, b)."""
+    return {
+        "succeeded": make_run(conn, "hourly", at(0), "a", status="succeeded"),
+        "failed": make_run(conn, "hourly", at(0), "b", status="failed", attempt=2),
+        "dead": make_run(conn, "hourly", at(1), "a", status="dead", attempt=3),
+        "running": make_run(conn, "hourly", at(1), "b", status="running"),
+        "skipped": make_run(conn, "hourly", at(2), "a", status="skipped", attempt=0),
+        "awaiting_approval": make_run(conn, "hourly", at(2), "b", status="awaiting_approval", attempt=0),
+        "coalesced": make_run(conn, "hourly", at(3), "a", status="coalesced", attempt=0),
+        "cancelled": make_run(conn, "hourly", at(3), "b", status="cancelled", attempt=0),
+        "pending": make_run(conn, "hourly", at(4), "a", status="pending", attempt=0),
+    }
+
+
+def snapshot(url: str) -> tuple[Any, ...]:
+    return (rows(url, "SELECT * FROM runner.job_runs ORDER BY id"),
+            scalar(url, "SELECT count(*) FROM runner.backfills"),
+            scalar(url, "SELECT count(*) FROM runner.requests"))
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+def test_dry_run_reports_the_impact_and_writes_nothing(url: str, conn: Any) -> None:
+    ids = mixed_ledger(conn)
+    make_effect(conn, ids["succeeded"], "mail-1")
+    make_effect(conn, ids["dead"], "mail-2", status="unknown")
+    before = snapshot(url)
+    # no --reason needed for a dry run
+    out = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(6)), "--dry-run", "--json",
+                      "--app", APP, url=url))
+    assert out["dry_run"] is True
+    assert (out["slots"], out["partitions"], out["expected_runs"]) == (6, ["a", "b"], 12)
+    assert out["already_succeeded"] == 1
+    assert out["will_insert"] == 3  # at4 b, at5 a, at5 b
+    assert out["will_requeue"] == 6  # failed, dead, skipped, awaiting_approval, coalesced, cancelled
+    assert out["will_force"] == 0
+    assert out["left_alone"] == {"running": 1, "pending": 1, "succeeded": 1}
+    assert out["effects_recorded"] == {"confirmed": 1, "unknown": 1}
+    assert [r["id"] for r in out["running"]] == [ids["running"]]
+    assert snapshot(url) == before
+    # the human form says the same, and so
+    text = cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(6)), "--dry-run", "--app", APP, url=url)
+    assert text.returncode == 0, text.stderr
+    assert "12 runs" in text.stdout and "dry run: nothing written" in text.stdout
+    assert snapshot(url) == before
+
+
+def test_creation_reuses_each_run_and_never_makes_a_second_one(url: str, conn: Any) -> None:
+    ids = mixed_ledger(conn)
+    out = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(6)), "--reason", "fix 2026-01",
+                      "--by", "alice", "--concurrency", "2", "--yes", "--json", "--app", APP, url=url))
+    plan = out["backfill"]
+    group = plan["replay_group_id"]
+    assert (out["inserted"], out["requeued"], out["left_alone"]) == (3, 6, 3)
+    # one run per slot x partition, and the existing ones kept their ids
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs") == 12
+    assert scalar(url, "SELECT count(DISTINCT (schedule_slot, partition_key)) FROM runner.job_runs") == 12
+    got = {r[0]: r[1:] for r in rows(url, "SELECT id, status, trigger, replay_group_id::text, attempt, fence,"
+                                          " uncounted_attempts, next_attempt_at, lane FROM runner.job_runs")}
+    for state in ("failed", "dead", "skipped", "awaiting_approval", "coalesced", "cancelled"):
+        status, trigger, g, attempt, fence, uncounted, next_at, lane = got[ids[state]]
+        assert (status, trigger, g, lane) == ("pending", "backfill", group, "backfill"), state
+        assert uncounted == attempt and fence == attempt, state  # a full budget; fence moves at the claim
+        assert next_at is None  # the lane decides when it starts
+    for state in ("succeeded", "running", "pending"):
+        assert got[ids[state]][2] is None, state  # left alone
+        assert got[ids[state]][0] == state
+    new = rows(url, "SELECT status, trigger, attempt, fence FROM runner.job_runs WHERE id <> ALL(%s)",
+               (list(ids.values()),))
+    assert new == [("pending", "backfill", 0, 0)] * 3
+    # audited: who, why, what
+    req = rows(url, "SELECT action, job_name, who, reason, touched FROM runner.requests")
+    assert [(r[0], r[1], r[2], r[3]) for r in req] == [("backfill", "hourly", "alice", "fix 2026-01")]
+    touched = req[0][4]
+    assert touched["backfill"]["id"] == plan["id"] and touched["runs_inserted"] == 3
+    assert sorted(r["before"]["status"] for r in touched["runs_requeued"]) == sorted(
+        ["failed", "dead", "skipped", "awaiting_approval", "coalesced", "cancelled"])
+    # a second, overlapping plan leaves the first one's runs alone
+    again = create(conn, spec(start=0, end=7))
+    assert (again["inserted"], len(again["requeued"])) == (2, 0)
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs") == 14
+
+
+def test_force_gives_a_succeeded_run_a_new_attempt_of_the_same_run(url: str, conn: Any) -> None:
+    run_id = make_run(conn, "hourly", at(0), "a", status="succeeded", attempt=1)
+    without = create(conn, spec(start=0, end=1, partitions=("a",)))
+    assert (without["inserted"], without["requeued"], without["left_alone"]) == (0, [], 1)
+    assert plan_row(conn, without["backfill"]["id"])["expected_runs"] == 1
+    forced = create(conn, spec(start=0, end=1, partitions=("a",), force=True))
+    assert [r["id"] for r in forced["requeued"]] == [run_id]
+    assert forced["requeued"][0]["before_status"] == "succeeded"
+    claimed = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert [(r.id, r.attempt, r.fence, r.trigger, r.counted_attempts) for r in claimed] == [
+        (run_id, 2, 2, "backfill", 1)]
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs") == 1
+    finish(conn, claimed)
+    assert scalar(url, "SELECT status FROM runner.job_runs WHERE id = %s", (run_id,)) == "succeeded"
+
+
+def test_partitions_explicit_static_and_dynamic(conn: Any) -> None:
+    dyn = Runner()
+    dyn.job("dyn", every="1h", partitions=lambda slot: ["x", "y"] if slot.hour % 2 else ["x"])(lambda ctx: None)
+    dyn.job("flat", every="1h")(lambda ctx: None)
+    planned = backfill.plan(conn, dyn.jobs["dyn"], spec("dyn", 0, 4))
+    assert list(zip(planned.expected.slots, planned.expected.partition_keys, strict=True)) == [
+        (at(0), "x"), (at(1), "x"), (at(1), "y"), (at(2), "x"), (at(3), "x"), (at(3), "y")]
+    assert planned.partitions is None
+    only = backfill.plan(conn, dyn.jobs["dyn"], spec("dyn", 0, 2, partitions=("y",)))
+    assert only.expected.partition_keys == ["y", "y"] and only.partitions == ["y"]
+    assert backfill.plan(conn, dyn.jobs["flat"], spec("flat", 0, 3)).expected.partition_keys == ["", "", ""]
+    with pytest.raises(operate.OperatorError, match="no partition 'zz'"):
+        backfill.plan(conn, bf_app.jobs["hourly"], spec(partitions=("zz",)))
+    with pytest.raises(operate.OperatorError, match="not partitioned"):
+        backfill.plan(conn, dyn.jobs["flat"], spec("flat", partitions=("a",)))
+    with pytest.raises(operate.OperatorError, match="no slot"):
+        backfill.plan(conn, dyn.jobs["flat"], spec("flat", 0.25, 0.5))
+    with pytest.raises(operate.OperatorError, match="must be before"):
+        backfill.plan(conn, dyn.jobs["flat"], spec("flat", 3, 1))
+
+
+def test_the_loop_claim_leaves_backfill_runs_to_the_lane(url: str, conn: Any) -> None:
+    made = create(conn, spec(start=0, end=2))
+    _, runs = ledger.claim_due_runs(conn, OWNER, ["hourly"], 100)
+    assert runs == []
+    claimed = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert len(claimed) == 1  # concurrency 1
+    finish(conn, claimed, "failed")  # retry due at once, but still the lane's
+    _, runs = ledger.claim_due_runs(conn, OWNER, ["hourly"], 100)
+    assert runs == []
+    # an operator's rerun of one of its runs is the loop's: trigger manual
+    failed = rows(url, "SELECT schedule_slot, partition_key FROM runner.job_runs WHERE status = 'failed'")[0]
+    rerun = operate.plan_rerun(conn, "hourly", failed[0], failed[1])
+    operate.rerun(conn, rerun, "by hand", "bob")
+    _, runs = ledger.claim_due_runs(conn, OWNER, ["hourly"], 100)
+    assert [(r.slot, r.partition_key, r.trigger) for r in runs] == [(failed[0], failed[1], "manual")]
+    assert made["backfill"]["status"] == "running"
+
+
+# -- the lane -----------------------------------------------------------------------------------
+
+
+def test_pauses_past_max_failures_and_resumes_with_a_higher_threshold(url: str, conn: Any) -> None:
+    made = create(conn, spec("flaky", 0, 5, max_failures=1))
+    plan_id = made["backfill"]["id"]
+    for _ in range(2):
+        finish(conn, backfill.run_once(conn, OWNER, bf_app.jobs, 10), "dead")
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []
+    row = plan_row(conn, plan_id)
+    assert row["status"] == "paused" and "2 failed or dead run(s), more than max_failures=1" in row["pause_reason"]
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs WHERE status = 'pending'") == 3
+    assert rows(url, "SELECT kind, job_name, detail FROM runner.alerts WHERE kind = 'backfill_paused'") == [
+        ("backfill_paused", "flaky", f"backfill {plan_id} paused: {row['pause_reason']}")]
+    # resumed as it is, it pauses again at once
+    backfill.resume(conn, plan_id, "try again", "bob")
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []
+    assert plan_row(conn, plan_id)["status"] == "paused"
+    backfill.resume(conn, plan_id, "tolerate them", "bob", max_failures=10, set_max_failures=True)
+    assert len(backfill.run_once(conn, OWNER, bf_app.jobs, 10)) == 1
+    assert plan_row(conn, plan_id)["status"] == "running"
+
+
+def test_pause_when_true_or_failing_pauses_the_plan(url: str, conn: Any) -> None:
+    when_true = create(conn, spec(start=0, end=3, pause_when="SELECT exists (SELECT 1 FROM bf_stop)"))
+    assert len(backfill.run_once(conn, OWNER, bf_app.jobs, 10)) == 1
+    conn.execute("INSERT INTO bf_stop VALUES (1)")
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []  # checked at most every 5 s
+    assert plan_row(conn, when_true["backfill"]["id"])["status"] == "running"
+    later = scalar(url, "SELECT now() + interval '5 seconds'")
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10, now=later) == []
+    row = plan_row(conn, when_true["backfill"]["id"])
+    assert (row["status"], row["pause_reason"]) == ("paused", "pause_when returned true")
+    # an error in the condition pauses the plan, with the error as the reason
+    failing = create(conn, spec(start=10, end=12, pause_when="SELECT 1 / (SELECT count(*) FROM bf_stop)::int = 1"))
+    conn.execute("DELETE FROM bf_stop")
+    backfill.run_once(conn, OWNER, bf_app.jobs, 10, pause_check_every=0)
+    row = plan_row(conn, failing["backfill"]["id"])
+    assert row["status"] == "paused"
+    assert row["pause_reason"].startswith("pause_when failed: DivisionByZero: division by zero")
+
+
+def test_pause_when_is_checked_at_creation_read_only_and_timed(url: str, conn: Any) -> None:
+    conn.execute("INSERT INTO bf_stop VALUES (7)")
+    before = snapshot(url)
+    writes = "WITH d AS (DELETE FROM bf_stop RETURNING 1) SELECT count(*) > 100 FROM d"
+    with pytest.raises(operate.OperatorError, match="read-only transaction"):
+        backfill.plan(conn, bf_app.jobs["hourly"], spec(pause_when=writes))
+    with pytest.raises(operate.OperatorError, match="statement timeout"):
+        backfill.plan(conn, bf_app.jobs["hourly"], spec(pause_when="SELECT pg_sleep(3) IS NULL"))
+    with pytest.raises(operate.OperatorError, match="boolean"):
+        backfill.plan(conn, bf_app.jobs["hourly"], spec(pause_when="SELECT 1"))
+    with pytest.raises(operate.OperatorError, match="SyntaxError"):  # one statement only
+        backfill.plan(conn, bf_app.jobs["hourly"], spec(pause_when="SELECT true; DELETE FROM bf_stop"))
+    assert scalar(url, "SELECT count(*) FROM bf_stop") == 1
+    assert snapshot(url) == before
+    out = cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(2)), "--reason", "r", "--yes",
+              "--pause-when", writes, "--app", APP, url=url)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "--pause-when" in out.stderr and "nothing written" in out.stderr
+    assert snapshot(url) == before
+
+
+def test_completes_and_records_the_verify_outcome(url: str, conn: Any) -> None:
+    # SQL check (hourly): passes when bf_done has one row per slot of the window and partition
+    ok = create(conn, spec(start=0, end=2, concurrency=10))
+    runs = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert len(runs) == 4
+    for r in runs:
+        conn.execute("INSERT INTO bf_done VALUES (%s, %s, %s, %s)", (r.slot, r.partition_key, r.id, r.fence))
+    finish(conn, runs)
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []
+    plan_id = ok["backfill"]["id"]
+    assert plan_row(conn, plan_id)["status"] == "completed"
+    eventually(lambda: plan_row(conn, plan_id)["verify_status"], timeout=20)
+    shown = ok_json(cli("backfill", "show", str(plan_id), "--json", url=url))
+    assert (shown["status"], shown["verify_status"], shown["verified"]) == ("completed", "passed", True)
+    assert [c["detail"] for c in shown["verify_detail"]["checks"]] == [
+        "2 row(s) for partition a", "2 row(s) for partition b"]
+    assert shown["verify_detail"]["window_start"] == iso(at(-1))
+    assert shown["verify_detail"]["window_end"] == iso(at(1))
+    # a missing row fails the check of its partition
+    conn.execute("DELETE FROM bf_done WHERE partition_key = 'b' AND slot = %s", (at(1),))
+    assert cli("backfill", "verify", str(plan_id), "--app", APP, "--yes", url=url).returncode == 2  # --reason
+    again = ok_json(cli("backfill", "verify", str(plan_id), "--reason", "row deleted", "--app", APP, "--yes",
+                        "--json", url=url))
+    assert again["backfill"]["verify_status"] == "failed"
+    assert rows(url, "SELECT action, reason, touched -> 'backfills' -> 0 -> 'after' FROM runner.requests"
+                     " WHERE action = 'backfill_verify'") == [
+        ("backfill_verify", "row deleted", {"verify_status": "failed"})]
+    shown = ok_json(cli("backfill", "show", str(plan_id), "--json", url=url))
+    assert (shown["verify_status"], shown["verified"]) == ("failed", False)
+    assert [c["outcome"] for c in shown["verify_detail"]["checks"]] == ["passed", "failed"]
+    text = cli("backfill", "show", str(plan_id), url=url)
+    assert "NOT verified: failed ('b' failed: 1 row(s) for partition b)" in text.stdout
+    # a callable check (checked): a string says what is wrong
+    conn.execute("DELETE FROM bf_done")
+    bad = create(conn, spec("checked", 100, 101))
+    finish(conn, backfill.run_once(conn, OWNER, bf_app.jobs, 10))
+    backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    bad_id = bad["backfill"]["id"]
+    eventually(lambda: plan_row(conn, bad_id)["verify_status"], timeout=20)
+    row = plan_row(conn, bad_id)
+    assert row["verify_status"] == "failed"
+    assert row["verify_detail"]["checks"][0]["detail"].startswith("no rows in [")
+    # a job with no check: completed, not verified
+    none = create(conn, spec("flaky", 200, 201))
+    finish(conn, backfill.run_once(conn, OWNER, bf_app.jobs, 10))
+    backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert plan_row(conn, none["backfill"]["id"])["verify_status"] == "not_configured"
+
+
+@pytest.mark.parametrize(("value", "outcome", "detail"), [
+    (True, "passed", None), (False, "failed", None), ("3 rows missing", "failed", "3 rows missing"),
+    ((True, "42 rows"), "passed", "42 rows"), ((False, "sum differs"), "failed", "sum differs"),
+    (1, "error", "verify returned int; expected bool, str or (bool, str)"),
+])
+def test_verify_callable_outcomes(value: Any, outcome: str, detail: str | None) -> None:
+    assert backfill._outcome("p", value) == backfill.Check("p", outcome, detail)
+
+
+def test_a_verify_check_that_raises_is_an_error(conn: Any) -> None:
+    app = Runner()
+
+    def broken(conn: Any, start: datetime, end: datetime, partition: str) -> bool:
+        conn.execute("SELECT * FROM no_such_table")
+        return True
+
+    app.job("broken", every="1h", verify=broken)(lambda ctx: None)
+    app.job("broken-sql", every="1h", verify="SELECT 'yes', 'no'")(lambda ctx: None)
+    made = create(conn, spec("broken", 0, 1), app)
+    out = backfill.verify(conn, made["backfill"]["id"], app.jobs["broken"])
+    assert out["verify_status"] == "error"
+    assert out["verify_detail"]["checks"][0]["detail"].startswith("UndefinedTable")
+    made = create(conn, spec("broken-sql", 0, 1), app)
+    out = backfill.verify(conn, made["backfill"]["id"], app.jobs["broken-sql"])
+    assert out["verify_status"] == "error"
+    assert "not a boolean" in out["verify_detail"]["checks"][0]["detail"]
+
+
+# -- the operator's commands -------------------------------------------------------------------------
+
+
+def test_list_show_pause_resume_cancel(url: str, conn: Any) -> None:
+    made = ok_json(cli("backfill", "create", "hourly", "--from", iso(at(0)), "--to", iso(at(3)), "--reason",
+                       "explicit create", "--yes", "--json", "--app", APP, url=url))
+    plan_id = made["backfill"]["id"]
+    listed = ok_json(cli("backfill", "list", "--json", url=url))
+    assert [(p["id"], p["status"], p["queued"], p["expected_runs"]) for p in listed] == [(plan_id, "running", 6, 6)]
+    # every change needs a reason: without one, usage error and nothing written
+    before = snapshot(url)
+    assert cli("backfill", "pause", str(plan_id), "--yes", url=url).returncode == 2
+    assert cli("backfill", "pause", str(plan_id), "--reason", "r", url=url).returncode == 1  # no terminal
+    assert snapshot(url) == before
+    paused = ok_json(cli("backfill", "pause", str(plan_id), "--reason", "db busy", "--by", "carol", "--yes",
+                         "--json", url=url))
+    assert paused["plan"]["status"] == "paused"
+    assert paused["plan"]["pause_reason"] == "paused by carol: db busy"
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []
+    assert cli("backfill", "pause", str(plan_id), "--reason", "again", "--yes", url=url).returncode == 1
+    ok_json(cli("backfill", "resume", str(plan_id), "--reason", "quiet now", "--yes", "--json", url=url))
+    running = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert len(running) == 1
+    cancelled = ok_json(cli("backfill", "cancel", str(plan_id), "--reason", "wrong range", "--by", "carol",
+                            "--yes", "--json", url=url))
+    assert cancelled["runs_cancelled"] == 5 and cancelled["plan"]["status"] == "cancelled"
+    statuses = rows(url, "SELECT status, count(*), min(status_reason) FROM runner.job_runs GROUP BY 1 ORDER BY 1")
+    assert statuses == [("cancelled", 5, f"backfill {plan_id} cancelled by carol: wrong range"),
+                        ("running", 1, f"backfill {plan_id}: explicit create")]
+    req = rows(url, "SELECT action, who, reason, touched FROM runner.requests ORDER BY id")
+    assert [(r[0], r[2]) for r in req] == [("backfill", "explicit create"), ("backfill_pause", "db busy"),
+                                           ("backfill_resume", "quiet now"), ("backfill_cancel", "wrong range")]
+    assert req[1][1] == req[3][1] == "carol" and "@" in req[2][1]  # --by, else user@host
+    assert len(req[3][3]["runs"]) == 5 and req[3][3]["backfills"][0]["before"] == {"status": "running"}
+    assert cli("backfill", "show", "999", url=url).stderr.startswith("runner: error: no backfill 999")
+    assert cli("backfill", "list", "--status", "bogus", url=url).returncode == 2
+
+
+def test_show_follow_ends_when_the_plan_does(url: str, conn: Any) -> None:
+    made = create(conn, spec(start=0, end=1))
+    backfill.cancel(conn, made["backfill"]["id"], "not needed", "dave")
+    out = cli("backfill", "show", str(made["backfill"]["id"]), "--follow", url=url)
+    assert out.returncode == 0, out.stderr
+    assert "cancelled" in out.stdout
+
+
+# -- real runners --------------------------------------------------------------------------------------
+
+
+def test_runners_execute_a_plan_within_its_concurrency(url: str, tmp_path: Path) -> None:
+    made = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(12)), "--reason", "replay",
+                       "--concurrency", "3", "--yes", "--json", "--app", APP, url=url))
+    plan_id, group = made["backfill"]["id"], made["backfill"]["replay_group_id"]
+    env = {"BF_WORK_SECONDS": "0.2"}
+    procs = [RunnerProcess(APP, url, "--poll-interval", "0.1", env=env, log=tmp_path / f"{i}.log") for i in range(2)]
+    try:
+        eventually(lambda: scalar(url, "SELECT status FROM runner.backfills WHERE id = %s", (plan_id,)) == "completed",
+                   timeout=60)
+        eventually(lambda: scalar(url, "SELECT verify_status FROM runner.backfills WHERE id = %s", (plan_id,)),
+                   timeout=20)
+    finally:
+        for p in procs:
+            assert p.terminate() == 0, p.output()
+    assert 2 <= scalar(url, "SELECT peak FROM bf_gauge") <= 3
+    got = rows(url, "SELECT trigger, status, replay_group_id::text, attempt, count(*) FROM runner.job_runs"
+                    " WHERE job_name = 'hourly' AND schedule_slot < %s GROUP BY 1, 2, 3, 4", (at(12),))
+    assert got == [("backfill", "succeeded", group, 1, 24)]
+    # each slot's work committed exactly once, with the run's success
+    assert rows(url, "SELECT count(*), count(DISTINCT (slot, partition_key)) FROM bf_done"
+                     " WHERE slot < %s", (at(12),)) == [(24, 24)]
+    assert scalar(url, "SELECT verify_status FROM runner.backfills WHERE id = %s", (plan_id,)) == "passed"
+
+
+def test_rate_limit_spreads_the_starts(url: str, tmp_path: Path) -> None:
+    rate, n = 4.0, 10
+    made = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(n // 2)), "--reason", "slowly",
+                       "--concurrency", "10", "--rate", str(rate), "--yes", "--json", "--app", APP, url=url))
+    plan_id = made["backfill"]["id"]
+    proc = RunnerProcess(APP, url, "--poll-interval", "0.05", env={"BF_WORK_SECONDS": "0.01"},
+                         log=tmp_path / "r.log")
+    try:
+        eventually(lambda: scalar(url, "SELECT status FROM runner.backfills WHERE id = %s", (plan_id,)) == "completed",
+                   timeout=60)
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    first, last, created = rows(url, """
+        SELECT min(a.started_at), max(a.started_at), b.created_at
+        FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id
+        JOIN runner.backfills b ON b.replay_group_id = r.replay_group_id
+        WHERE b.id = %s GROUP BY b.created_at""", (plan_id,))[0]
+    # the bucket starts with one token and refills at `rate`: the n-th start is at least
+    # (n - 1) / rate after the plan was made; from the first start, at most max(1, rate)
+    # tokens could have piled up
+    assert (last - created).total_seconds() >= (n - 1) / rate
+    assert (last - first).total_seconds() >= (n - max(1.0, rate)) / rate
+    assert (last - created).total_seconds() < (n - 1) / rate + 10  # and it does run at about that rate
+
+
+def test_realtime_slots_keep_time_while_a_big_plan_runs(url: str, tmp_path: Path) -> None:
+    made = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(400)), "--reason", "big",
+                       "--concurrency", "6", "--yes", "--json", "--app", APP, url=url))
+    plan_id = made["backfill"]["id"]
+    proc = RunnerProcess(APP, url, "--poll-interval", "0.2", env={"BF_WORK_SECONDS": "0.02"},
+                         log=tmp_path / "r.log")
+    try:
+        eventually(lambda: scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'hourly'"
+                                       " AND status = 'succeeded'") >= 100, timeout=60)
+        start = scalar(url, "SELECT now()")
+        # a few realtime slots while the plan is still running
+        eventually(lambda: scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'live'"
+                                       " AND schedule_slot > %s", (start,)) >= 4, timeout=30)
+        still = scalar(url, "SELECT status FROM runner.backfills WHERE id = %s", (plan_id,))
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert still == "running", "the plan ended too early for this test to mean anything"
+    lags = [r[0] for r in rows(url, "SELECT extract(epoch FROM started_at - schedule_slot)::float8"
+                                    " FROM runner.job_runs WHERE job_name = 'live' AND schedule_slot > %s", (start,))]
+    assert max(lags) < 1.0, lags
+
+
+def test_the_operator_role_can_backfill_but_not_forge_fences(url: str, conn: Any, db_roles: Any) -> None:
+    db_roles.apply(url)
+    operator = db_roles.url(url, "operator")
+    make_run(conn, "hourly", at(0), "a", status="dead", attempt=3)
+    made = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(2)), "--reason", "as on-call",
+                       "--pause-when", "SELECT false", "--yes", "--json", "--app", APP, url=operator))
+    plan_id = made["backfill"]["id"]
+    assert (made["inserted"], made["requeued"]) == (3, 1)
+    for verb in ("pause", "resume", "cancel"):
+        out = cli("backfill", verb, str(plan_id), "--reason", verb, "--yes", url=operator)
+        assert out.returncode == 0, out.stderr
+    assert rows(url, "SELECT action, db_user FROM runner.requests ORDER BY id") == [
+        (a, db_roles.users["operator"]) for a in ("backfill", "backfill_pause", "backfill_resume", "backfill_cancel")]
+    with psycopg.connect(operator, autocommit=True) as c:
+        for statement in ("INSERT INTO runner.job_runs (job_name, schedule_slot, business_date, window_start,"
+                          " window_end, status, trigger, idempotency_key, fence) VALUES ('hourly', now(),"
+                          " current_date, now(), now(), 'pending', 'backfill', 'k', 99)",
+                          "UPDATE runner.backfills SET job_name = 'other'",
+                          "UPDATE runner.backfills SET verify_status = 'passed'"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute(statement)
