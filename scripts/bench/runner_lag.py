@@ -47,7 +47,7 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int) -> dict[str, Any]:
+def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int, inflight: int = 0) -> dict[str, Any]:
     info = psycopg.conninfo.conninfo_to_dict(admin)
     name = f"bench_runner_lag_{jobs}"
     url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
@@ -62,7 +62,7 @@ def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int)
         for i in range(processes):
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "runner", "start", "--app", f"{tmp / 'lag_app.py'}:app",
-                 "--workers", str(workers), "--log-level", "WARNING"],
+                 "--workers", str(workers), "--max-inflight", str(inflight), "--log-level", "WARNING"],
                 env={**os.environ, "RUNNER_DATABASE_URL": url}, cwd=ROOT,
                 stderr=open(tmp / f"r{i}.log", "w")))  # noqa: SIM115
         with psycopg.connect(url, autocommit=True) as conn:
@@ -105,9 +105,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--max-inflight", type=int, default=0, help="0: 2 x workers")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = [measure(args.dsn, n, args.seconds, args.processes, args.workers) for n in args.jobs]
+    results = [measure(args.dsn, n, args.seconds, args.processes, args.workers, args.max_inflight) for n in args.jobs]
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -1,0 +1,52 @@
+"""Throughput side by side, in one run: runner, the raw ceiling, pgqueuer, procrastinate.
+
+    scripts/bench/setup_peers.sh            # once: the peers' own virtualenv
+    python scripts/bench/compare_throughput.py [--jobs 10000] [--repeat 3]
+
+Rounds are interleaved (every target once per round), so a noisy neighbour hurts all
+targets alike; the table reports medians and the ratios of the medians. Each sample uses a
+fresh database. runner: two `runner start` processes draining one slot fanned out to N
+partitions (runner_throughput.py); raw: the same ledger statements in a minimal loop;
+peers: two worker processes each draining N no-op jobs (peers_throughput.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import peers_throughput  # noqa: E402
+import runner_throughput  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--max-inflight", type=int, default=128)
+    parser.add_argument("--peers", nargs="*", default=["pgqueuer", "pgqueuer-b100", "procrastinate"])
+    args = parser.parse_args()
+    samples: dict[str, list[float]] = {"runner": [], "raw ceiling": [], **{p: [] for p in args.peers}}
+    for i in range(args.repeat):
+        samples["raw ceiling"].append(runner_throughput.measure_raw(args.dsn, args.jobs, args.max_inflight)["runs_per_s"])
+        samples["runner"].append(runner_throughput.measure_runner(
+            args.dsn, args.jobs, args.workers, args.max_inflight)["runs_per_s"])
+        for peer in args.peers:
+            samples[peer].append(peers_throughput.run_peer_throughput(peer, args.jobs, args.dsn))
+        print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in samples.items()), file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"{'target':<16} {'median runs/s':>14}  {'x runner':>8}  samples")
+    for k, v in samples.items():
+        print(f"{k:<16} {med[k]:>14.0f}  {med[k] / med['runner']:>8.2f}  {', '.join(f'{x:.0f}' for x in v)}")
+    print(f"runner / raw ceiling = {med['runner'] / med['raw ceiling']:.2f} (target: >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
