@@ -112,6 +112,9 @@ def shared_db_url(postgresql_server: Any) -> Iterator[str]:
 def tx(shared_db_url: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection in a transaction that is rolled back after the test."""
     conn = psycopg.connect(shared_db_url, autocommit=False)
+    # open the transaction now: code under test that uses conn.transaction() then gets a
+    # savepoint inside it (on an idle connection it would BEGIN and COMMIT for real)
+    conn.execute("SELECT 1")
     try:
         yield conn
     finally:

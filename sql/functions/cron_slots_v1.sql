@@ -1,0 +1,238 @@
+-- Cron slots in SQL: the same slots as runner/schedule.py (Schedule.slots_between), so that
+-- the gap scan (sql/views/missing_slots.sql) can expect slots with no runner alive. A property
+-- test (tests/test_gap_sql.py) keeps the two equal across zones and real DST transitions.
+--
+-- runner.cron_spec_v1(cron) parses the 5-field form that runner.jobs.cron and
+-- runner.job_schedules.cron hold (Schedule.cron: aliases such as @daily already expanded,
+-- fields separated by one space, month and weekday names kept as written, in any case). It
+-- also accepts the aliases and tabs, and raises on anything runner/schedule.py rejects by its
+-- own grammar (croniter's extra validation is not repeated: the stored form was validated).
+--
+-- runner.cron_slots_v1(cron, zone, from_ts, to_ts) returns every slot s with
+-- from_ts < s <= to_ts, once each, in no particular order (add ORDER BY when it matters).
+-- The rules (see runner/schedule.py):
+--
+--   * the cron matches LOCAL wall time w (whole minutes) in the IANA zone;
+--   * day-of-month and day-of-week combine by the Vixie rule: if either field starts with '*'
+--     a day must match both, otherwise a day matching either fires;
+--   * w becomes the instant of w with Python's fold=0: a local time that does not exist fires
+--     once, shifted forward by the gap (02:30 -> 03:30 EDT); a local time that occurs twice
+--     fires once, at its FIRST occurrence (01:30 EDT, never 01:30 EST); two local times that
+--     land on one instant are one slot.
+--
+-- PostgreSQL's own `timestamp AT TIME ZONE zone` agrees for times that do not exist (it reads
+-- them with the offset in force before the change) but reads a repeated time as its SECOND
+-- occurrence. So the conversion is done here from the zone's offsets: for each local day d,
+-- oa is the UTC offset at the instant d - 17h and ob the one at d + 41h (d read as UTC). Any
+-- instant a wall time of day d can denote lies between them (offsets are within +-16h). When
+-- oa = ob, no offset change touches the day and w - oa is the slot (arithmetic only, no zone
+-- lookup per slot). Otherwise exactly one change lies in between, oa is the offset before it,
+-- and the slot is w - oa if that instant still has offset oa (w's first or only occurrence),
+-- else PostgreSQL's reading of w (its only occurrence after the change, or -- for a time that
+-- does not exist -- w read with oa, which is Python's fold=0 too).
+-- This assumes two offset changes of a zone are more than 58 hours apart; in the tz database
+-- from 1900 to 2040 the closest pair is about 95 hours apart (Africa/Freetown, 1939).
+-- runner/schedule.py makes the same kind of assumption (12 hours).
+--
+-- The local range examined is narrowed with the zone's offsets at from_ts - 24h and to_ts
+-- when the range spans at most 48 hours (so that a tail of a few minutes costs a few minutes
+-- of wall time, not days), and widened by 16 hours each side otherwise.
+--
+-- Both sides must read the same tz database: PostgreSQL's (system tzdata when built
+-- --with-system-tzdata, as Debian's packages are) and Python's zoneinfo (system tzdata, else
+-- the tzdata package). A zone whose rules differ between the two gives different slots.
+
+CREATE OR REPLACE FUNCTION runner.cron_spec_v1(
+    cron text,
+    OUT minutes bigint, OUT hours bigint, OUT days_of_month bigint, OUT months bigint,
+    OUT days_of_week bigint, OUT day_and boolean)
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+-- Each set is a bit mask: bit n is set when the value n is in the field's set (days of the
+-- week 0 = Sunday .. 6 = Saturday). day_and is the Vixie rule (see above). Bit masks and plain
+-- plpgsql expressions keep a parse near 20 microseconds: the gap scan parses once per job.
+DECLARE
+    expr text := btrim(cron, E' \t\n\r\f\x0b');
+    fields text[];
+    lows constant integer[] := ARRAY[0, 0, 1, 1, 0];
+    highs constant integer[] := ARRAY[59, 23, 31, 12, 7];
+    fnames constant text[] := ARRAY['minute', 'hour', 'day-of-month', 'month', 'day-of-week'];
+    month_names constant text[] := ARRAY['JAN', 'FEB', 'MAR', 'APR', 'MAY', 'JUN', 'JUL', 'AUG',
+                                          'SEP', 'OCT', 'NOV', 'DEC'];
+    dow_names constant text[] := ARRAY['SUN', 'MON', 'TUE', 'WED', 'THU', 'FRI', 'SAT'];
+    bits bigint;
+    item text;
+    m text[];
+    tok text;
+    v numeric;
+    step integer;
+    lo integer;
+    hi integer;
+    i integer;
+    j integer;
+    k integer;
+BEGIN
+    IF left(expr, 1) = '@' THEN
+        expr := CASE lower(expr)
+                    WHEN '@yearly' THEN '0 0 1 1 *'
+                    WHEN '@annually' THEN '0 0 1 1 *'
+                    WHEN '@monthly' THEN '0 0 1 * *'
+                    WHEN '@weekly' THEN '0 0 * * 0'
+                    WHEN '@daily' THEN '0 0 * * *'
+                    WHEN '@midnight' THEN '0 0 * * *'
+                    WHEN '@hourly' THEN '0 * * * *'
+                END;
+        IF expr IS NULL THEN
+            RAISE EXCEPTION 'invalid cron: unknown alias %', quote_literal(cron)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    fields := regexp_split_to_array(expr, '[ \t]+');
+    IF expr = '' OR cardinality(fields) <> 5 THEN
+        RAISE EXCEPTION 'invalid cron: % does not have 5 fields', quote_literal(cron)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1..5 LOOP
+        bits := 0;
+        FOREACH item IN ARRAY string_to_array(fields[i], ',') LOOP
+            m := regexp_match(item, '^(?:(\*)|([0-9A-Za-z]+)(?:-([0-9A-Za-z]+))?)(?:/([0-9]+))?$');
+            IF m IS NULL THEN
+                RAISE EXCEPTION 'invalid cron: % field: cannot read %', fnames[i], quote_literal(item)
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            step := CASE WHEN m[4] IS NULL THEN 1 ELSE least(m[4]::numeric, 1000)::integer END;
+            IF step = 0 THEN
+                RAISE EXCEPTION 'invalid cron: % field: step 0 in %', fnames[i], quote_literal(item)
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF m[1] IS NOT NULL THEN
+                lo := lows[i];
+                hi := CASE WHEN i = 5 THEN 6 ELSE highs[i] END;
+            ELSE
+                FOR j IN 2..3 LOOP
+                    tok := m[j];
+                    CONTINUE WHEN tok IS NULL;
+                    IF tok ~ '^[0-9]+$' THEN
+                        v := tok::numeric;
+                    ELSIF i = 4 AND array_position(month_names, upper(tok)) IS NOT NULL THEN
+                        v := array_position(month_names, upper(tok));
+                    ELSIF i = 5 AND array_position(dow_names, upper(tok)) IS NOT NULL THEN
+                        v := array_position(dow_names, upper(tok)) - 1;
+                    ELSE
+                        RAISE EXCEPTION 'invalid cron: % field: % is not a number or name',
+                            fnames[i], quote_literal(tok) USING ERRCODE = 'invalid_parameter_value';
+                    END IF;
+                    IF v < lows[i] OR v > highs[i] THEN
+                        RAISE EXCEPTION 'invalid cron: % field: % is outside %-%',
+                            fnames[i], v, lows[i], highs[i] USING ERRCODE = 'invalid_parameter_value';
+                    END IF;
+                    IF j = 2 THEN lo := v; ELSE hi := v; END IF;
+                END LOOP;
+                IF m[3] IS NOT NULL THEN
+                    IF hi < lo THEN
+                        RAISE EXCEPTION 'invalid cron: % field: range % runs backwards',
+                            fnames[i], quote_literal(item) USING ERRCODE = 'invalid_parameter_value';
+                    END IF;
+                ELSIF m[4] IS NULL THEN
+                    hi := lo;
+                ELSE
+                    hi := CASE WHEN i = 5 THEN 6 ELSE highs[i] END;  -- a/n means a-max/n
+                END IF;
+            END IF;
+            IF step = 1 AND lo <= hi THEN
+                bits := bits | (((1::bigint << (hi - lo + 1)) - 1) << lo);
+            ELSE
+                k := lo;
+                WHILE k <= hi LOOP
+                    bits := bits | (1::bigint << k);
+                    k := k + step;
+                END LOOP;
+            END IF;
+        END LOOP;
+        CASE i
+            WHEN 1 THEN minutes := bits;
+            WHEN 2 THEN hours := bits;
+            WHEN 3 THEN days_of_month := bits;
+            WHEN 4 THEN months := bits;
+            ELSE days_of_week := (bits & 127) | ((bits >> 7) & 1);  -- 7 is Sunday
+        END CASE;
+    END LOOP;
+    day_and := left(fields[3], 1) = '*' OR left(fields[5], 1) = '*';
+END
+$$;
+
+-- The UTC offset of zone at instant t, as an interval (local wall time minus UTC).
+CREATE OR REPLACE FUNCTION runner.zone_offset_v1(zone text, t timestamptz)
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT timezone(zone, t) - timezone('UTC', t) $$;
+
+CREATE OR REPLACE FUNCTION runner.cron_slots_v1(
+    cron text, zone text, from_ts timestamptz, to_ts timestamptz)
+RETURNS SETOF timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+-- (OFFSET 0 keeps each subquery's per-day or per-call values from being recomputed per slot.)
+SELECT DISTINCT x.slot
+FROM (
+    SELECT CASE WHEN z.oa = z.ob
+                  OR runner.zone_offset_v1(zone, z.base + t.tod) = z.oa THEN z.base + t.tod
+                ELSE timezone(zone, z.day + t.tod)
+           END AS slot
+    FROM (
+        -- each firing local day that can hold a slot, with the offsets around it
+        SELECT d.day, d.lo_tod, d.hi_tod, p.hours, p.minutes, o.oa, o.ob,
+               timezone('UTC', d.day - o.oa) AS base
+        FROM runner.cron_spec_v1(cron) AS s
+        CROSS JOIN LATERAL (
+            SELECT ARRAY(SELECT h * interval '1 hour' FROM generate_series(0, 23) AS h
+                         WHERE (s.hours >> h) & 1 = 1) AS hours,
+                   ARRAY(SELECT mi * interval '1 minute' FROM generate_series(0, 59) AS mi
+                         WHERE (s.minutes >> mi) & 1 = 1) AS minutes,
+                   -- the local wall-time range [lo, hi] that can hold a slot in (from_ts, to_ts]
+                   CASE WHEN to_ts - from_ts <= interval '48 hours'
+                        THEN timezone('UTC', from_ts)
+                             + least(runner.zone_offset_v1(zone, from_ts - interval '24 hours'),
+                                     runner.zone_offset_v1(zone, to_ts))
+                        ELSE timezone('UTC', from_ts) - interval '16 hours' END AS lo,
+                   CASE WHEN to_ts - from_ts <= interval '48 hours'
+                        THEN timezone('UTC', to_ts)
+                             + greatest(runner.zone_offset_v1(zone, from_ts - interval '24 hours'),
+                                        runner.zone_offset_v1(zone, to_ts))
+                        ELSE timezone('UTC', to_ts) + interval '16 hours' END AS hi
+            WHERE from_ts < to_ts
+            OFFSET 0
+        ) AS p
+        CROSS JOIN LATERAL (
+            SELECT dd.day, p.lo - dd.day AS lo_tod, p.hi - dd.day AS hi_tod
+            FROM (SELECT (p.lo::date + i)::timestamp AS day,
+                         extract(day FROM p.lo::date + i)::integer AS dom,
+                         extract(month FROM p.lo::date + i)::integer AS month,
+                         extract(dow FROM p.lo::date + i)::integer AS dow
+                  FROM generate_series(0, p.hi::date - p.lo::date) AS i) AS dd
+            WHERE (s.months >> dd.month) & 1 = 1
+              AND CASE WHEN s.day_and
+                       THEN (s.days_of_month >> dd.dom) & 1 = 1 AND (s.days_of_week >> dd.dow) & 1 = 1
+                       ELSE (s.days_of_month >> dd.dom) & 1 = 1 OR (s.days_of_week >> dd.dow) & 1 = 1
+                  END
+        ) AS d
+        CROSS JOIN LATERAL (
+            SELECT runner.zone_offset_v1(zone, timezone('UTC', d.day - interval '17 hours')) AS oa,
+                   runner.zone_offset_v1(zone, timezone('UTC', d.day + interval '41 hours')) AS ob
+            OFFSET 0
+        ) AS o
+        OFFSET 0
+    ) AS z
+    CROSS JOIN LATERAL (
+        SELECT hm.tod
+        FROM unnest(z.hours) AS h(hour_tod)
+        CROSS JOIN LATERAL (
+            SELECT h.hour_tod + mi AS tod FROM unnest(z.minutes) AS mi
+        ) AS hm
+        WHERE h.hour_tod + interval '59 minutes' >= z.lo_tod AND h.hour_tod <= z.hi_tod
+          AND hm.tod BETWEEN z.lo_tod AND z.hi_tod
+    ) AS t
+    OFFSET 0
+) AS x
+WHERE x.slot > from_ts AND x.slot <= to_ts
+$$;

@@ -1,0 +1,464 @@
+"""The gap scan, runner.missing_slots: every expected slot (x partition) in a job's tracked range
+that no run accounts for, judged by the schedule then in force, listed with its state; the
+watermarks that keep its cost independent of the ledger's age; `runner gaps`; and slots missed
+while no runner was alive, end to end."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runner import Runner, ledger
+from runner.schedule import parse_schedule
+from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+US = timedelta(microseconds=1)
+ACCOUNTED = ("succeeded", "skipped", "coalesced", "cancelled")
+UNACCOUNTED = ("pending", "running", "failed", "dead", "awaiting_approval")
+
+Gap = tuple[str, datetime, str | None, str]  # job, slot (UTC), partition, state
+
+
+def sync(conn: psycopg.Connection[Any], now: datetime | None = None, **jobs: dict[str, Any]) -> None:
+    """Register jobs (name -> @app.job keyword arguments) as a runner start would."""
+    app = Runner()
+    for name, kw in jobs.items():
+        app.job(name, **kw)(lambda ctx: None)
+    if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        # open the fixture's transaction first: sync_jobs' own conn.transaction() would
+        # otherwise be a top-level one and commit
+        conn.execute("SELECT 1")
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=now)
+
+
+def make_run(conn: psycopg.Connection[Any], job: str, slot: datetime, partition: str = "",
+             status: str = "succeeded", heartbeat_at: datetime | None = None,
+             started_at: datetime | None = None) -> int:
+    """A run in any status; a running one gets its attempt row with ``heartbeat_at``."""
+    row = conn.execute(
+        "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date,"
+        " window_start, window_end, status, trigger, attempt, fence, idempotency_key, started_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, 'schedule', 1, 1, %s, %s) RETURNING id",
+        (job, slot, partition, slot.date(), slot, slot, status, f"{job}|{slot}|{partition}",
+         started_at or slot)).fetchone()
+    assert row is not None
+    if status == "running":
+        conn.execute(
+            "INSERT INTO runner.attempts (run_id, attempt, fence, trigger, owner_host, owner_pid,"
+            " owner_instance, lock_key, started_at, heartbeat_at)"
+            " VALUES (%s, 1, 1, 'schedule', 'host', 1, gen_random_uuid(), 0, %s, %s)",
+            (row[0], started_at or slot, heartbeat_at or slot))
+    return int(row[0])
+
+
+def gaps(conn: psycopg.Connection[Any], as_of: datetime, job: str | None = None) -> set[Gap]:
+    found = conn.execute(
+        "SELECT job_name, schedule_slot, partition_key, state FROM runner.missing_slots_v1(%s, %s)",
+        (as_of, job)).fetchall()
+    listed = [(j, s.astimezone(UTC), p, state) for j, s, p, state in found]
+    assert len(listed) == len(set(listed)), "a slot x partition listed twice"
+    return set(listed)
+
+
+def unwatermarked(conn: psycopg.Connection[Any], as_of: datetime, job: str | None = None) -> set[Gap]:
+    """The answer computed from the whole tracked range (watermarks and holes set aside)."""
+    with conn.transaction(force_rollback=True):
+        conn.execute("DELETE FROM runner.gap_watermarks")
+        conn.execute("DELETE FROM runner.gap_holes")
+        return gaps(conn, as_of, job)
+
+
+def advance(conn: psycopg.Connection[Any], as_of: datetime | None = None) -> int:
+    row = conn.execute("SELECT runner.advance_watermarks_v1(%s)", (as_of,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def scalar_in(conn: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+def rows_in(conn: psycopg.Connection[Any], sql: str) -> list[Any]:
+    return [r[0].astimezone(UTC) if isinstance(r[0], datetime) else r[0]
+            for r in conn.execute(sql + " ORDER BY 1").fetchall()]
+
+
+def every(spec: str, start: datetime, end: datetime) -> list[datetime]:
+    return parse_schedule(every=spec).slots_between(start, end)
+
+
+def never_started(job: str, slots: Iterable[datetime], partitions: Iterable[str | None] = ("",)) -> set[Gap]:
+    return {(job, s, p, "never_started") for s in slots for p in partitions}
+
+
+# --------------------------------------------------------------------------------------------
+# what is expected
+
+
+def test_slots_missed_while_no_runner_was_alive_are_listed_as_never_started(
+        tx: psycopg.Connection[Any]) -> None:
+    row = tx.execute("SELECT now()").fetchone()
+    assert row is not None
+    now = row[0].astimezone(UTC)
+    since = now - timedelta(minutes=30)
+    sync(tx, gap_rollup={"cron": "*/5 * * * *", "timezone": "Asia/Seoul", "track_from": since},
+         gap_tick={"every": "1m", "partitions": ["a", "b"], "track_from": since})
+    listed = tx.execute(
+        "SELECT job_name, schedule_slot, partition_key, state, run_id, lateness, paused"
+        " FROM runner.missing_slots WHERE job_name LIKE 'gap\\_%%'").fetchall()
+    rollup = parse_schedule(cron="*/5 * * * *", timezone="Asia/Seoul").slots_between(since - US, now)
+    tick = every("1m", since - US, now)
+    assert len(rollup) >= 6 and len(tick) >= 30
+    assert {(j, s.astimezone(UTC), p, st) for j, s, p, st, *_ in listed} == (
+        never_started("gap_rollup", rollup) | never_started("gap_tick", tick, ["a", "b"]))
+    assert all(run_id is None and lateness == now - s and paused is False
+               for _, s, _, _, run_id, lateness, paused in listed)
+
+
+def test_accounted_runs_are_not_listed_and_the_others_show_their_state(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "1m"})
+    as_of = T0 + timedelta(minutes=20)
+    slots = every("1m", T0 - US, as_of)
+    statuses = [*ACCOUNTED, "failed", "dead", "awaiting_approval", "pending"]
+    ids = {make_run(tx, "job", slot, status=status): (slot, status) for slot, status in zip(slots, statuses, strict=False)}
+    fresh = make_run(tx, "job", slots[10], status="running", heartbeat_at=as_of - timedelta(seconds=5))
+    stale = make_run(tx, "job", slots[11], status="running", heartbeat_at=as_of - timedelta(minutes=2))
+    found = tx.execute("SELECT schedule_slot, state, run_id FROM runner.missing_slots_v1(%s, 'job')",
+                       (as_of,)).fetchall()
+    by_slot = {s.astimezone(UTC): (state, run_id) for s, state, run_id in found}
+    for run_id, (slot, status) in ids.items():
+        if status in ACCOUNTED:
+            assert slot not in by_slot, status
+        else:
+            assert by_slot[slot] == (status, run_id)
+    assert by_slot[slots[10]] == ("running", fresh)
+    assert by_slot[slots[11]] == ("running_stale", stale)  # the synced lease is 60s
+    assert {s for s, (state, _) in by_slot.items() if state == "never_started"} == {*slots[8:10], *slots[12:]}
+
+
+@pytest.mark.parametrize(("lease", "synced"), [(timedelta(seconds=60), True), (timedelta(minutes=5), False)])
+def test_running_turns_stale_exactly_past_the_lease(tx: psycopg.Connection[Any], lease: timedelta,
+                                                    synced: bool) -> None:
+    sync(tx, now=T0, job={"every": "1h"})  # the default lease, 60s, is synced as lease_seconds
+    if not synced:  # a job synced without a lease: the documented 5 minutes
+        tx.execute("UPDATE runner.jobs SET options = options - 'lease_seconds' WHERE job_name = 'job'")
+    as_of = T0 + timedelta(hours=3)
+    on_time = make_run(tx, "job", T0 + timedelta(hours=1), status="running", heartbeat_at=as_of - lease)
+    late = make_run(tx, "job", T0 + timedelta(hours=2), status="running", heartbeat_at=as_of - lease - US)
+    states = dict(tx.execute("SELECT run_id, state FROM runner.missing_slots_v1(%s, 'job')"
+                             " WHERE run_id IS NOT NULL", (as_of,)).fetchall())
+    assert states == {on_time: "running", late: "running_stale"}
+
+
+def test_static_partitions_are_expected_per_slot(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "10m", "partitions": ["a", "b", "c"]})
+    as_of = T0 + timedelta(minutes=30)
+    slots = every("10m", T0 - US, as_of)
+    for slot in slots:
+        make_run(tx, "job", slot, "a")
+    dead = make_run(tx, "job", slots[0], "b", status="dead")
+    assert gaps(tx, as_of) == ({("job", slots[0], "b", "dead")}
+                               | never_started("job", slots[1:], ["b"]) | never_started("job", slots, ["c"]))
+    assert scalar_in(tx, "SELECT count(*) FROM runner.missing_slots_v1(%s) WHERE run_id = %s", as_of, dead) == 1
+
+
+def test_dynamic_partitions_show_once_until_fanned_out(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "10m", "partitions": lambda slot: ["x", "y"]})
+    as_of = T0 + timedelta(minutes=30)
+    s0, s1, s2, s3 = every("10m", T0 - US, as_of)
+    make_run(tx, "job", s1, "x")
+    make_run(tx, "job", s1, "y", status="failed")
+    make_run(tx, "job", s2, "x")
+    make_run(tx, "job", s2, "y", status="skipped")
+    assert gaps(tx, as_of) == ({("job", s1, "y", "failed")}
+                               | never_started("job", [s0, s3], [None]))
+
+
+def test_a_slot_exactly_at_now_is_expected_and_one_after_is_not(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "1m", "track_from": T0})
+    last = T0 + timedelta(minutes=5)
+    assert gaps(tx, last) == never_started("job", [T0 + timedelta(minutes=i) for i in range(6)])
+    assert gaps(tx, last - US) == never_started("job", [T0 + timedelta(minutes=i) for i in range(5)])
+
+
+def test_the_tracked_range_starts_at_track_from_inclusive(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, at={"every": "1m", "track_from": T0}, after={"every": "1m", "track_from": T0 + US})
+    as_of = T0 + timedelta(minutes=1)
+    assert gaps(tx, as_of) == (never_started("at", [T0, as_of]) | never_started("after", [as_of]))
+
+
+def test_a_schedule_change_judges_each_slot_by_the_schedule_then_in_force(tx: psycopg.Connection[Any]) -> None:
+    changed = T0 + timedelta(minutes=65)
+    sync(tx, now=T0, job={"every": "10m"})
+    sync(tx, now=changed, job={"cron": "*/15 * * * *", "timezone": "America/New_York", "partitions": ["p"]})
+    as_of = T0 + timedelta(hours=2)
+    old = every("10m", T0 - US, changed - US)
+    new = parse_schedule(cron="*/15 * * * *").slots_between(changed - US, as_of)
+    assert gaps(tx, as_of) == never_started("job", old) | never_started("job", new, ["p"])
+    advance(tx, as_of)
+    assert gaps(tx, as_of) == never_started("job", old) | never_started("job", new, ["p"])
+    # Runs an old runner made by the old schedule after the change (a rolling deploy) are not
+    # expected: done ones are ignored, one left dead is listed all the same (it needs a human).
+    make_run(tx, "job", T0 + timedelta(minutes=70), status="succeeded")
+    make_run(tx, "job", T0 + timedelta(minutes=80), status="dead")
+    assert gaps(tx, as_of) == ({("job", T0 + timedelta(minutes=80), "", "dead")}
+                               | never_started("job", old) | never_started("job", new, ["p"]))
+
+
+def test_paused_jobs_are_listed_and_flagged(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "1h", "paused": True})
+    found = tx.execute("SELECT state, paused FROM runner.missing_slots_v1(%s, 'job')",
+                       (T0 + timedelta(hours=2),)).fetchall()
+    assert found == [("never_started", True)] * 3
+
+
+# --------------------------------------------------------------------------------------------
+# watermarks
+
+
+def test_the_watermark_moves_and_old_slots_are_no_longer_expanded(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "1m"})
+    as_of = T0 + timedelta(minutes=10)
+    slots = every("1m", T0 - US, as_of)
+    for slot in slots[:5]:
+        make_run(tx, "job", slot)
+    before = gaps(tx, as_of)
+    assert before == never_started("job", slots[5:])
+    assert advance(tx, as_of) >= 1  # (other tests' jobs may share the database)
+    assert advance(tx, as_of) == 0  # nothing left to move
+    row = tx.execute("SELECT complete_through FROM runner.gap_watermarks WHERE job_name = 'job'").fetchone()
+    assert row is not None and row[0] == as_of
+    assert rows_in(tx, "SELECT schedule_slot FROM runner.gap_holes WHERE job_name = 'job'") == slots[5:]
+    assert gaps(tx, as_of) == before
+    # Below the watermark, accounted slots are not looked at again: a pruned succeeded run
+    # does not come back as never started (it would without the watermark).
+    tx.execute("DELETE FROM runner.job_runs WHERE job_name = 'job' AND schedule_slot = %s", (slots[0],))
+    assert gaps(tx, as_of) == before
+    assert ("job", slots[0], "", "never_started") in unwatermarked(tx, as_of)
+
+
+def test_below_the_watermark_reopened_and_new_runs_show_at_once(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "1m", "partitions": lambda slot: ["x"]})
+    as_of = T0 + timedelta(minutes=10)
+    slots = every("1m", T0 - US, as_of)
+    done = {slot: make_run(tx, "job", slot, "x") for slot in slots[:8]}
+    failing = make_run(tx, "job", slots[8], "x", status="failed")
+    advance(tx, as_of)
+    assert gaps(tx, as_of) == {("job", slots[8], "x", "failed")} | never_started("job", slots[9:], [None])
+    # a rerun reopens a succeeded run; the failed one is out of attempts; a backfill runs a hole
+    tx.execute("UPDATE runner.job_runs SET status = 'pending' WHERE id = %s", (done[slots[2]],))
+    tx.execute("UPDATE runner.job_runs SET status = 'dead' WHERE id = %s", (failing,))
+    make_run(tx, "job", slots[9], "x", status="running", heartbeat_at=as_of)
+    make_run(tx, "job", slots[10], "x", status="succeeded")
+    expected = {("job", slots[2], "x", "pending"), ("job", slots[8], "x", "dead"),
+                ("job", slots[9], "x", "running")}
+    assert gaps(tx, as_of) == expected == unwatermarked(tx, as_of)
+    advance(tx, as_of + US)  # holes that got a run are forgotten
+    assert scalar_in(tx, "SELECT count(*) FROM runner.gap_holes WHERE job_name = 'job'") == 0
+    assert gaps(tx, as_of) == expected
+
+
+def test_a_schedule_row_the_watermark_did_not_see_is_honoured(tx: psycopg.Connection[Any]) -> None:
+    """A sync whose transaction started before an advance can commit a schedule change with a
+    valid_from below the watermark: slots after that change are judged by it."""
+    sync(tx, now=T0, job={"every": "10m"})
+    as_of = T0 + timedelta(hours=1)
+    advance(tx, as_of)
+    change = T0 + timedelta(minutes=25)
+    tx.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+               " timezone, partitions) VALUES ('job', %s, 'every', '15 minutes', 'UTC', %s)",
+               (change, ["p"]))
+    expected = (never_started("job", every("10m", T0 - US, change - US))
+                | never_started("job", every("15m", change - US, as_of), ["p"]))
+    assert gaps(tx, as_of) == expected == unwatermarked(tx, as_of)
+    advance(tx, as_of + US)
+    assert gaps(tx, as_of) == expected
+
+
+def test_moving_track_from_earlier_sets_the_watermark_aside(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "10m"})
+    as_of = T0 + timedelta(minutes=30)
+    advance(tx, as_of)
+    earlier = T0 - timedelta(minutes=20)
+    sync(tx, now=T0 + timedelta(minutes=30), job={"every": "10m", "track_from": earlier})
+    expected = never_started("job", every("10m", earlier - US, as_of))
+    assert gaps(tx, as_of) == expected
+    advance(tx, as_of + US)
+    assert gaps(tx, as_of) == expected
+
+
+STATUS_OR_NONE = st.sampled_from([None, None, *ACCOUNTED, *UNACCOUNTED])
+
+
+@settings(max_examples=100, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_watermarks_never_change_the_answer(tx: psycopg.Connection[Any], data: st.DataObject) -> None:
+    """Whatever the ledger and however often the watermarks move, the answer is the one
+    computed from the whole tracked range; also after runs are reopened or added."""
+    start = datetime(2024, 11, 2, 23, 0, tzinfo=UTC)  # New York falls back on 2024-11-03
+    end = start + timedelta(hours=12)
+    jobs = {
+        "static": ({"every": "20m", "partitions": ["a", "b"]}, ["a", "b"]),
+        "dynamic": ({"every": "30m", "partitions": lambda s: ["x"]}, ["x", "y"]),
+        "cron": ({"cron": "*/30 0-3 * * *", "timezone": "America/New_York"}, [""]),
+    }
+    with tx.transaction(force_rollback=True):
+        sync(tx, now=start, **{name: kw for name, (kw, _) in jobs.items()})
+        run_ids = []
+        for name, (kw, keys) in jobs.items():
+            sched = parse_schedule(every=kw.get("every"), cron=kw.get("cron"), timezone=kw.get("timezone"))
+            for slot in sched.slots_between(start - US, end):
+                for key in keys:
+                    status = data.draw(STATUS_OR_NONE)
+                    if status is not None:
+                        run_ids.append(make_run(tx, name, slot, key, status=status, heartbeat_at=end))
+        marks = sorted(data.draw(st.lists(st.integers(0, 12 * 60), max_size=3)))
+        for minute in marks:
+            advance(tx, start + timedelta(minutes=minute))
+        assert gaps(tx, end) == unwatermarked(tx, end)
+        # reruns and backfills: runs change status, holes get runs; then maybe another advance
+        for run_id in data.draw(st.lists(st.sampled_from(run_ids), max_size=5)) if run_ids else []:
+            tx.execute("UPDATE runner.job_runs SET status = %s WHERE id = %s",
+                       (data.draw(st.sampled_from([*ACCOUNTED, *UNACCOUNTED])), run_id))
+        holes = sorted((j, s, p) for j, s, p, state in gaps(tx, end) if state == "never_started")
+        for job, slot, key in data.draw(st.lists(st.sampled_from(holes), max_size=5, unique=True)) if holes else []:
+            make_run(tx, job, slot, key or "x", status=data.draw(st.sampled_from([*ACCOUNTED, *UNACCOUNTED])),
+                     heartbeat_at=end)
+        assert gaps(tx, end) == unwatermarked(tx, end)
+        if data.draw(st.booleans()):
+            advance(tx, end - timedelta(minutes=data.draw(st.integers(0, 60))))
+            assert gaps(tx, end) == unwatermarked(tx, end)
+
+
+def test_advance_is_safe_from_several_processes_at_once(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        sync(conn, **{f"j{i}": {"every": "1s", "track_from": now - timedelta(minutes=2)} for i in range(5)})
+        advance(conn)
+    holder = psycopg.connect(db_url)
+    try:
+        advance(holder)  # its transaction keeps every watermark row locked
+        with psycopg.connect(db_url, autocommit=True) as other:
+            other.execute("SET statement_timeout = '5s'")
+            assert advance(other) == 0  # skips locked jobs instead of waiting
+        holder.commit()
+    finally:
+        holder.close()
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def advancing() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                while not stop.is_set():
+                    advance(conn)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def writing() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                for k, slot in enumerate(every("1s", now - timedelta(minutes=2) - US, now)):
+                    make_run(conn, f"j{k % 5}", slot, status=("succeeded", "failed", "dead")[k % 3])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=advancing) for _ in range(4)]
+    for t in threads:
+        t.start()
+    writing()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        as_of = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        advance(conn)
+        with conn.transaction():
+            assert gaps(conn, as_of) == unwatermarked(conn, as_of)
+
+
+# --------------------------------------------------------------------------------------------
+# runner gaps
+
+
+def test_runner_gaps_lists_the_scan_as_json_and_advances_the_watermarks(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        start = (now - timedelta(minutes=10)).replace(second=0, microsecond=0)
+        sync(conn, report={"every": "1m", "partitions": ["t'1", "t 2"], "track_from": start},
+             other={"every": "1h", "track_from": start})
+        slots = every("1m", start - US, now)
+        for slot in slots[:3]:
+            make_run(conn, "report", slot, "t'1")
+        make_run(conn, "report", slots[3], "t'1", status="dead")
+    out = run_cli("gaps", "--json", "--job", "report", url=db_url)
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    got = {(g["schedule_slot"], g["partition_key"], g["state"]) for g in listed}
+    assert ((slots[3].isoformat(), "t'1", "dead") in got and (slots[0].isoformat(), "t 2", "never_started") in got)
+    assert (slots[0].isoformat(), "t'1", "never_started") not in got
+    assert {g["job_name"] for g in listed} == {"report"}
+    assert len(listed) == len(slots) * 2 - 3
+    assert [g["schedule_slot"] for g in listed] == sorted(g["schedule_slot"] for g in listed)
+    assert set(listed[0]) >= {"job_name", "schedule_slot", "partition_key", "state", "run_id",
+                              "lateness", "paused"}
+    assert scalar(db_url, "SELECT count(*) FROM runner.gap_watermarks WHERE complete_through IS NOT NULL") == 2
+
+    since = run_cli("gaps", "--json", "--since", slots[-2].isoformat(), "--limit", "2", url=db_url)
+    assert since.returncode == 0, since.stderr
+    assert [(g["schedule_slot"], g["partition_key"]) for g in json.loads(since.stdout)] == [
+        (slots[-2].isoformat(), "t 2"), (slots[-2].isoformat(), "t'1")]
+    assert "more" in since.stderr
+
+    table = run_cli("gaps", "--job", "report", url=db_url)
+    assert table.returncode == 0 and "never_started" in table.stdout and "t'1" in table.stdout
+
+    bad = run_cli("gaps", "--since", "yesterday", url=db_url)
+    assert bad.returncode == 2
+
+
+# --------------------------------------------------------------------------------------------
+# end to end: a real runner, then none
+
+
+@pytest.mark.slow
+def test_seconds_missed_after_the_last_runner_stopped_are_listed(db_url: str) -> None:
+    proc = RunnerProcess("tests/apps/hello.py:app", db_url)
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs"
+                                          " WHERE job_name = 'hello' AND status = 'succeeded'") >= 3,
+                   timeout=30, message="the runner completes a few slots")
+    finally:
+        assert proc.terminate() == 0
+    ran = {r[0].astimezone(UTC): r[1] for r in rows(db_url, "SELECT schedule_slot, status"
+                                                           " FROM runner.job_runs WHERE job_name = 'hello'")}
+    assert set(ran.values()) == {"succeeded"}
+    last_run = max(ran)
+
+    def missed_after_stop() -> list[datetime]:
+        found = rows(db_url, "SELECT schedule_slot FROM runner.missing_slots"
+                             " WHERE job_name = 'hello' AND schedule_slot > %s", (last_run,))
+        return [r[0] for r in found] if len(found) >= 3 else []
+
+    eventually(missed_after_stop, timeout=15, message="slots pass with no runner alive")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        as_of, track_from = conn.execute(
+            "SELECT now(), track_from FROM runner.jobs WHERE job_name = 'hello'").fetchone()  # type: ignore[misc]
+        listed = gaps(conn, as_of, "hello")
+    expected = every("1s", track_from - US, as_of)
+    assert {s for s in expected if s <= last_run} <= set(ran), "the runner skipped a slot while alive"
+    assert listed == never_started("hello", [s for s in expected if s > last_run])
+    assert not {s for _, s, _, _ in listed} & set(ran)
