@@ -14,8 +14,9 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
 * one completer thread with its own connection, which records finished attempts in batches
   (one ``finish_attempts`` statement for many runs) and then releases their locks.
 
-So a process holds at most ``workers + max(2, workers // 4) + 2`` connections, however many
-runs it executes.
+A background thread advances the gap scan's watermarks every minute on one more connection
+(runner/gapscan.py). So a process holds at most ``workers + max(2, workers // 4) + 3``
+connections, however many runs it executes.
 
 The loop sleeps until the next slot of any job or the poll interval, whichever is sooner,
 and wakes at once when a handler finishes while work is waiting. Slot instants are compared
@@ -57,7 +58,7 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, ledger, misfire, takeover
+from runner import __version__, backfill, gapscan, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import JobContext, crash_point, error_text, execute, failure
 from runner.errors import AttemptTimedOut
@@ -78,6 +79,7 @@ class LoopConfig:
     finish_batch: int = 500  # outcomes per finish statement at most
     instance_heartbeat: float = 5.0
     grace: float = 30.0  # seconds running handlers get at shutdown before their runs are released
+    watermark_interval: float = 60.0  # seconds between advances of the gap-scan watermarks
 
     @property
     def inflight_cap(self) -> int:
@@ -201,6 +203,9 @@ class Worker:
         self._completer = threading.Thread(target=self._complete_forever, name="runner-completer",
                                            daemon=True)
         self._completer.start()
+        threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
+                         args=(lambda: connect(self.url), self._stop,
+                               self.config.watermark_interval)).start()
         now = self.now()
         for job in self.jobs.values():
             # on-time slots from now on (within the job's tracked range); whatever was missed

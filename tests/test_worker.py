@@ -181,3 +181,17 @@ def test_handler_return_value_is_ignored(db_url: str) -> None:
 
     with running(app, db_url):
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"))
+
+
+def test_runner_advances_gap_scan_watermarks(db_url: str) -> None:
+    app = Runner()
+
+    @app.job("tracked", every="1s")
+    def handler(ctx: JobContext) -> None: ...
+
+    with running(app, db_url, watermark_interval=0.2):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2)
+        eventually(lambda: scalar(db_url, "SELECT complete_through FROM runner.gap_watermarks"
+                                          " WHERE job_name = 'tracked'") is not None, timeout=15)
+    assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'tracked'"
+                          " AND state = 'never_started'") <= 1
