@@ -73,7 +73,7 @@ def test_sigstop_past_lease_is_fenced_out(fault_db: str, tmp_path: Path) -> None
     a = start(fault_db, tmp_path, "a")
     b = None
     try:
-        run_id, pid = eventually(lambda: slow_run(fault_db), timeout=20)
+        run_id, _ = eventually(lambda: slow_run(fault_db), timeout=20)
         b = start(fault_db, tmp_path, "b")
         eventually(lambda: instances(fault_db) == 2, timeout=20)
         os.kill(a.proc.pid, signal.SIGSTOP)
