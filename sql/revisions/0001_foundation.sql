@@ -77,7 +77,7 @@ CREATE INDEX job_runs_due ON runner.job_runs (next_attempt_at)
     WHERE status IN ('pending', 'failed');
 -- runs with a live (or lost) owner
 CREATE INDEX job_runs_running ON runner.job_runs (job_name) WHERE status = 'running';
-CREATE INDEX job_runs_job_slot ON runner.job_runs (job_name, schedule_slot DESC);
+-- (a job's runs by slot are served by the business key's index: job_name, schedule_slot, ...)
 
 CREATE TABLE runner.instances (
     instance_id         uuid PRIMARY KEY,

@@ -5,7 +5,6 @@ DROP VIEW IF EXISTS runner.job_health;
 
 DROP INDEX IF EXISTS runner.attempts_abandoned;
 DROP INDEX IF EXISTS runner.job_runs_dead;
-DROP INDEX IF EXISTS runner.job_runs_unfinished;
 DROP INDEX IF EXISTS runner.job_runs_succeeded;
 
 DROP TABLE IF EXISTS runner.requests;
