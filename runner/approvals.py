@@ -79,8 +79,8 @@ def decide(conn: psycopg.Connection[Any], planned: ApprovalPlan, reason: str, wh
            now: datetime | None = None) -> dict[str, Any]:
     """Approve or skip the planned runs, with one request row, in one transaction. Returns
     {"request": ..., "runs": [changed runs with their state before], "left_alone": [ids]}."""
-    reason = operate._text(reason, "--reason")
-    who = operate._text(who or default_who(), "--by")
+    reason = operate.checked_text(reason, "--reason")
+    who = operate.checked_text(who or default_who(), "--by")
     ids = [r["id"] for r in planned.runs]
     verb = "approved" if planned.action == "approve" else "skipped"
     with conn.transaction():
@@ -108,5 +108,5 @@ def decide(conn: psycopg.Connection[Any], planned: ApprovalPlan, reason: str, wh
             } for r in changed],
             "left_alone": left_alone,
         }
-        request = operate._request(conn, planned.action, planned.job_name, who, reason, touched)
+        request = operate.write_request(conn, planned.action, planned.job_name, who, reason, touched)
     return {"request": request, "runs": changed, "left_alone": left_alone}

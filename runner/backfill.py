@@ -279,7 +279,7 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec) -> BackfillPlan
     states = {r["state"]: r["runs"] for r in ledger.dict_rows(conn, Q["impact"], params)}
     running = ledger.dict_rows(conn, Q["impact_running"], {**params, "limit": 20})
     effects = None
-    if operate._present(conn, "runner.effects", "run_id"):
+    if operate.column_exists(conn, "runner.effects", "run_id"):
         effects = {r["status"]: r["effects"] for r in ledger.dict_rows(conn, Q["impact_effects"], params)}
     return BackfillPlan(spec=spec, expected=expected, slot_count=slot_count, partitions=stored,
                         states=states, effects=effects, running=running, pause_when_now=pause_now)
@@ -290,8 +290,8 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
     """Write the plan, queue its runs and write its request row, in one transaction.
     Returns {"backfill": plan row, "request": ..., "inserted": n, "requeued": [...],
     "left_alone": n}."""
-    reason = operate._text(reason, "--reason")
-    who = operate._text(who or default_who(), "--by")
+    reason = operate.checked_text(reason, "--reason")
+    who = operate.checked_text(who or default_who(), "--by")
     spec = planned.spec
     with conn.transaction():
         row = _one(conn, "insert_plan", {
@@ -325,7 +325,7 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
             } for r in requeued],
             "runs_left_alone": left_alone,
         }
-        request = operate._request(conn, "backfill", spec.job_name, who, reason, touched)
+        request = operate.write_request(conn, "backfill", spec.job_name, who, reason, touched)
     return {"backfill": row, "request": request, "inserted": len(inserted), "requeued": requeued,
             "left_alone": left_alone}
 
@@ -417,7 +417,7 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
         rows = conn.execute(Q["claim_plan_runs"], {
             **owner.params(), "plan_id": p["id"], "replay_group_id": state["replay_group_id"],
             "limit": room, "tokens": tokens, "now": now}).fetchall()
-        claimed.extend(ledger._claimed(rows)[1])
+        claimed.extend(ledger.claimed_rows(rows)[1])
     return False
 
 
@@ -503,8 +503,8 @@ def reverify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef, reason: s
     """Run a completed plan's verify check again (after its data was fixed, or when the
     process that completed it died before recording the outcome), and record the outcome
     with a request row, in one transaction. Returns {"backfill": verify columns, "request"}."""
-    reason = operate._text(reason, "--reason")
-    who = operate._text(who or default_who(), "--by")
+    reason = operate.checked_text(reason, "--reason")
+    who = operate.checked_text(who or default_who(), "--by")
     row = _one(conn, "get_plan", {"plan_id": plan_id})
     if row is None:
         raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
@@ -514,7 +514,7 @@ def reverify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef, reason: s
     status, detail = run_checks(conn, plan_id, job)
     with conn.transaction():
         recorded = _record_verify(conn, plan_id, status, detail, now)
-        request = operate._request(conn, "backfill_verify", row["job_name"], who, reason, {
+        request = operate.write_request(conn, "backfill_verify", row["job_name"], who, reason, {
             "backfills": [{"id": plan_id, "before": {"verify_status": row["verify_status"]},
                            "after": {"verify_status": status}}]})
     log.info("backfill_verified plan=%s job=%s status=%s (again, request %s)", plan_id, job.name,
@@ -623,8 +623,8 @@ def show(conn: psycopg.Connection[Any], plan_id: int) -> Progress:
 
 def _action(conn: psycopg.Connection[Any], plan_id: int, action: str, allowed: Sequence[str],
             reason: str, who: str | None) -> tuple[dict[str, Any], str, str]:
-    reason = operate._text(reason, "--reason")
-    who = operate._text(who or default_who(), "--by")
+    reason = operate.checked_text(reason, "--reason")
+    who = operate.checked_text(who or default_who(), "--by")
     row = _one(conn, "lock_plan", {"plan_id": plan_id})
     if row is None:
         raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
@@ -640,7 +640,7 @@ def pause(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | N
         row, reason, who = _action(conn, plan_id, "paused", ("planned", "running"), reason, who)
         changed = _one(conn, "pause_plan", {"plan_id": plan_id, "now": now,
                                             "reason": f"paused by {who}: {reason}"[:1000]})
-        request = operate._request(conn, "backfill_pause", row["job_name"], who, reason, {
+        request = operate.write_request(conn, "backfill_pause", row["job_name"], who, reason, {
             "backfills": [{"id": plan_id, "before": {"status": row["status"]},
                            "after": {"status": "paused"}}]})
     return {"backfill": changed, "request": request}
@@ -660,7 +660,7 @@ def resume(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | 
         after: dict[str, Any] = {"status": "running"}
         if set_max_failures:
             after["max_failures"] = max_failures
-        request = operate._request(conn, "backfill_resume", row["job_name"], who, reason, {
+        request = operate.write_request(conn, "backfill_resume", row["job_name"], who, reason, {
             "backfills": [{"id": plan_id,
                            "before": {"status": row["status"], "pause_reason": row["pause_reason"],
                                       "max_failures": row["max_failures"]},
@@ -678,7 +678,7 @@ def cancel(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | 
         runs = ledger.dict_rows(conn, Q["cancel_plan_runs"], {
             "replay_group_id": row["replay_group_id"], "now": now,
             "status_reason": f"backfill {plan_id} cancelled by {who}: {reason}"[:1000]})
-        request = operate._request(conn, "backfill_cancel", row["job_name"], who, reason, {
+        request = operate.write_request(conn, "backfill_cancel", row["job_name"], who, reason, {
             "backfills": [{"id": plan_id, "before": {"status": row["status"]},
                            "after": {"status": "cancelled"}}],
             "runs": [{"run_id": r["id"], "before": {"status": r["before_status"]},

@@ -162,7 +162,7 @@ def _utc(value: Any) -> Any:
     return value.astimezone(UTC) if isinstance(value, datetime) else value
 
 
-def _claimed(rows: list[tuple[Any, ...]]) -> tuple[datetime, list[ClaimedRun]]:
+def claimed_rows(rows: list[tuple[Any, ...]]) -> tuple[datetime, list[ClaimedRun]]:
     now: datetime = _utc(rows[0][0])
     runs = [ClaimedRun(*map(_utc, row[1:])) for row in rows if row[1] is not None]
     return now, runs
@@ -195,7 +195,7 @@ def claim_slots_waiting(
         "overlaps": [c.overlap for c in claims],
     }
     rows = conn.execute(Q["claim_slots"], params).fetchall()
-    now_, runs = _claimed([row[:14] for row in rows])
+    now_, runs = claimed_rows([row[:14] for row in rows])
     jobs, slots, parts = rows[0][14:17]
     waiting = set(zip(jobs, map(_utc, slots), parts, strict=True)) if jobs else set()
     return now_, runs, waiting
@@ -207,7 +207,7 @@ def claim_due_runs(
 ) -> tuple[datetime, list[ClaimedRun]]:
     """Start the next attempt of runs that wait for one (retries, queued runs)."""
     params = {**owner.params(), "now": now, "job_names": list(job_names), "limit": limit}
-    return _claimed(conn.execute(Q["claim_due_runs"], params).fetchall())
+    return claimed_rows(conn.execute(Q["claim_due_runs"], params).fetchall())
 
 
 def finish_attempts(

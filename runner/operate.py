@@ -56,7 +56,7 @@ def default_who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _text(value: str | None, what: str) -> str:
+def checked_text(value: str | None, what: str) -> str:
     text = (value or "").strip()
     if not text:
         raise OperatorError(f"{what} must not be empty")
@@ -68,12 +68,12 @@ def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> di
     return found[0] if found else None
 
 
-def _present(conn: psycopg.Connection[Any], relation: str, column: str) -> bool:
+def column_exists(conn: psycopg.Connection[Any], relation: str, column: str) -> bool:
     row = _one(conn, "has_column", {"relation": relation, "column": column})
     return bool(row and row["present"])
 
 
-def _request(conn: psycopg.Connection[Any], action: str, job_name: str, who: str, reason: str,
+def write_request(conn: psycopg.Connection[Any], action: str, job_name: str, who: str, reason: str,
              touched: dict[str, Any]) -> dict[str, Any]:
     row = _one(conn, "insert_request", {
         "action": action, "job_name": job_name, "who": who, "reason": reason,
@@ -104,7 +104,7 @@ def status(conn: psycopg.Connection[Any], app: Runner | None = None,
         columns = [c.name for c in cur.description or ()]
         jobs = cur.fetchall()
     missing: dict[str, int] | None = None
-    if _present(conn, "runner.missing_slots", "job_name"):
+    if column_exists(conn, "runner.missing_slots", "job_name"):
         missing = {r["job_name"]: r["missing"]
                    for r in ledger.dict_rows(conn, Q["missing_counts"], {"job_name": job_name})}
     defs: dict[str, JobDef] = app.jobs if app is not None else {}
@@ -170,7 +170,7 @@ def plan_rerun(conn: psycopg.Connection[Any], job_name: str, slot: datetime, par
             f"no run of job {job_name!r} at slot {slot.isoformat()}{part}: nothing to rerun ({hint})")
     attempts = ledger.dict_rows(conn, Q["run_attempts"], {"run_id": run["id"]})
     effects = None
-    if _present(conn, "runner.effects", "run_id"):
+    if column_exists(conn, "runner.effects", "run_id"):
         effects = [r["effect"] for r in ledger.dict_rows(conn, Q["run_effects"], {"run_id": run["id"]})]
     return RerunPlan(run=run, attempts=attempts, effects=effects, refusal=_refusal(run, force))
 
@@ -181,8 +181,8 @@ def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str 
     transaction. Returns {"request": ..., "run": ...}."""
     if plan.refusal:
         raise OperatorError(plan.refusal)
-    reason = _text(reason, "--reason")
-    who = _text(who or default_who(), "--by")
+    reason = checked_text(reason, "--reason")
+    who = checked_text(who or default_who(), "--by")
     seen = plan.run
     with conn.transaction():
         run = _one(conn, "lock_run", {"run_id": seen["id"]})
@@ -205,7 +205,7 @@ def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str 
             }],
             "force": force,
         }
-        request = _request(conn, "rerun", run["job_name"], who, reason, touched)
+        request = write_request(conn, "rerun", run["job_name"], who, reason, touched)
         updated = _one(conn, "rerun_run", {
             "run_id": run["id"], "status": run["status"], "fence": run["fence"], "now": now,
             "status_reason": f"manual rerun (request {request['id']}): {reason}"[:1000],
@@ -241,8 +241,8 @@ def set_paused(conn: psycopg.Connection[Any], plan: PausePlan, reason: str,
                who: str | None = None) -> dict[str, Any] | None:
     """Pause or resume the planned job, with its request row, in one transaction. Returns
     {"request": ..., "job": ...}, or None when the job already was in that state."""
-    reason = _text(reason, "--reason")
-    who = _text(who or default_who(), "--by")
+    reason = checked_text(reason, "--reason")
+    who = checked_text(who or default_who(), "--by")
     name = plan.job["job_name"]
     with conn.transaction():
         job = _one(conn, "lock_job", {"job_name": name})
@@ -256,7 +256,7 @@ def set_paused(conn: psycopg.Connection[Any], plan: PausePlan, reason: str,
             "runs_running": plan.job["running"],
             "runs_queued": plan.job["queued"],
         }
-        request = _request(conn, "pause" if plan.paused else "resume", name, who, reason, touched)
+        request = write_request(conn, "pause" if plan.paused else "resume", name, who, reason, touched)
         changed = _one(conn, "set_paused", {"job_name": name, "paused": plan.paused})
         if changed is None:  # cannot happen under the row lock
             raise OperatorError(f"job {name!r} could not be changed; nothing written")
