@@ -606,3 +606,29 @@ def test_stale_after_comes_from_the_job_definition(tx: psycopg.Connection[Any]) 
     assert "stale" in kinds(tx, "watched")
     with pytest.raises(JobDefinitionError, match="stale_after"):
         Runner().job("x", every="1s", stale_after="soon")
+
+
+def test_unknown_and_duplicate_effects_alert(tx: psycopg.Connection[Any]) -> None:
+    now = db_now(tx)
+    make_job(tx, "fx", owner="team-fx")
+    done = make_run(tx, "fx", SLOT, status="succeeded", finished=now)
+    running = make_run(tx, "fx", SLOT + timedelta(hours=1), status="running")
+
+    def effect(key: str, run: int, status: str, sends: int, age: timedelta) -> None:
+        tx.execute("INSERT INTO runner.effects (effect_key, run_id, job_name, status, attempt, fence, send_count,"
+                   " created_at, updated_at, sent_at, confirmed_at, confirmed_by)"
+                   " VALUES (%s, %s, 'fx', %s, 1, 1, %s, %s, %s, %s, %s, %s)",
+                   (key, run, status, sends, now - age, now - age, now - age,
+                    now - age if status == "confirmed" else None,
+                    "send" if status == "confirmed" else None))
+
+    effect("timed-out", done, "unknown", 1, timedelta(seconds=1))
+    effect("sent-long-ago", done, "sent", 1, timedelta(minutes=5, seconds=1))
+    effect("sent-just-now", done, "sent", 1, timedelta(minutes=4, seconds=59))
+    effect("sent-by-a-live-attempt", running, "sent", 1, timedelta(hours=1))
+    effect("resent", done, "confirmed", 2, timedelta(minutes=1))
+    effect("once", done, "confirmed", 1, timedelta(minutes=1))
+    got = tx.execute("SELECT kind, detail FROM runner.alerts WHERE job_name = 'fx' AND kind LIKE 'effect%%'"
+                     " ORDER BY kind, detail").fetchall()
+    assert [(k, d.split()[1]) for k, d in got] == [
+        ("effect_duplicate", "resent"), ("effect_unknown", "sent-long-ago"), ("effect_unknown", "timed-out")]

@@ -24,6 +24,9 @@
 --              in the gap scan (runner.missing_slots), and stale_after catches the silence.
 --   backfill_paused  a backfill plan paused, by itself (max_failures, pause_when) or by an
 --              operator: the detail says why; it alerts until resumed or cancelled
+--   effect_unknown    an effect whose delivery is unknown (unknown, or sent long ago with no
+--              attempt of its run running)
+--   effect_duplicate  an effect sent more than once
 --
 -- Paused jobs get no stale or late alerts (they are silent on purpose: runner.requests says
 -- who paused them and why); their dead, abandoned and slow runs still alert.
@@ -206,12 +209,34 @@ SELECT 'backfill_paused',
 FROM runner.backfills b LEFT JOIN job ON job.job_name = b.job_name
 WHERE b.status = 'paused'
 
--- Hooks for the other duties: add a branch here, same six columns, e.g.
---
--- UNION ALL
--- -- effect_unknown: an effect whose delivery is unknown (runner.effects, revision 0002)
--- SELECT 'effect_unknown', e.job_name, job.owner, e.run_id, format(...), e.updated_at
--- FROM runner.effects e LEFT JOIN job ON job.job_name = e.job_name
--- WHERE e.status IN ('unknown', ...)
+UNION ALL
+-- effect_unknown: a side effect whose delivery is unknown: status unknown (a send timed out),
+-- or sent more than 5 minutes ago and never confirmed while no attempt of its run is running
+-- (the sender died mid-send). The next attempt must resolve it with the handler's check.
+SELECT 'effect_unknown',
+       e.job_name,
+       job.owner,
+       e.run_id,
+       format('effect %s (stage %s) is %s since %s: delivery unknown until a check resolves it',
+              e.effect_key, coalesce(e.stage, '-'), e.status, e.updated_at),
+       e.updated_at
+FROM runner.effects e LEFT JOIN job ON job.job_name = e.job_name
+WHERE e.status = 'unknown'
+   OR (e.status = 'sent' AND e.updated_at < now() - interval '5 minutes'
+       AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                       WHERE r.id = e.run_id AND r.status = 'running'))
+
+UNION ALL
+-- effect_duplicate: a side effect sent more than once (allowed only after a check said the
+-- earlier send was not delivered; worth a look either way)
+SELECT 'effect_duplicate',
+       e.job_name,
+       job.owner,
+       e.run_id,
+       format('effect %s (stage %s) was sent %s times', e.effect_key, coalesce(e.stage, '-'),
+              e.send_count),
+       e.updated_at
+FROM runner.effects e LEFT JOIN job ON job.job_name = e.job_name
+WHERE e.send_count > 1
 
 ;
