@@ -179,3 +179,18 @@ def test_ending_a_hung_owner_without_the_privilege_is_false_not_an_error(db_url:
         finally:
             admin.execute(f'DROP OWNED BY "{role}"')
             admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_sigterm_waits_for_handlers_and_a_second_sigint_exits_at_once(fault_db: str, tmp_path: Path) -> None:
+    a = start(fault_db, tmp_path, "a", "--grace", "600")
+    run_id, _ = eventually(lambda: slow_run(fault_db), timeout=20)
+    a.proc.send_signal(signal.SIGINT)  # first: stop claiming, wait for the running handler
+    eventually(lambda: "stopping" in a.output(), timeout=10)
+    assert a.proc.poll() is None  # still waiting for the blocked handler (grace 600 s)
+    a.proc.send_signal(signal.SIGINT)  # second: exit at once
+    assert a.proc.wait(10) == 130
+    a.kill()
+    # the run is left running without a live owner, for takeover (its lock died with the process)
+    assert scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s", (run_id,)) == "running"
+    assert scalar(fault_db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database ="
+                            " (SELECT oid FROM pg_database WHERE datname = current_database())") == 0
