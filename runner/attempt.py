@@ -151,7 +151,10 @@ class JobContext:
             else:
                 conn.rollback()
         finally:
-            conn.autocommit = True
+            try:
+                conn.autocommit = True
+            except Exception as exc:  # a broken connection: the pool discards it on return
+                log.debug("resetting a ctx.db connection failed: %s", exc)
             self._pool.putconn(conn)
 
 

@@ -30,7 +30,8 @@ def _text(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, str):
-        return repr(value) if (not value or " " in value or "=" in value) else value
+        plain = value and value.isprintable() and " " not in value and "=" not in value
+        return value if plain else repr(value)
     return str(value)
 
 

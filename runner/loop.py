@@ -225,6 +225,11 @@ class Worker:
                 try:
                     delay = self.tick()
                 except psycopg.OperationalError as exc:
+                    if self._session_alive():
+                        log.exception("database error in the loop (the session is alive); "
+                                      "continuing in 1 s")
+                        self._wake.wait(1.0)
+                        continue
                     log.warning("database connection lost (%s); reconnecting", _first_line(exc))
                     self._reconnect()
                     continue
@@ -334,7 +339,16 @@ class Worker:
         now = self.now()
         started = 0
         for name in sorted(self._misfire_due):
-            decisions = misfire.run_once(self._conn(), self.jobs[name], now)
+            try:
+                decisions = misfire.run_once(self._conn(), self.jobs[name], now)
+            except psycopg.Error as exc:
+                if not self._session_alive():
+                    raise
+                cls, msg = error_text(exc)  # e.g. a partition key too large for the ledger
+                log.error("job %r: misfire decisions failed (%s: %s); the gap scan shows its late "
+                          "slots", name, cls, msg[:300])
+                self._misfire_due.discard(name)
+                continue
             started += decisions.started
             if not decisions.more:
                 self._misfire_due.discard(name)
@@ -379,9 +393,22 @@ class Worker:
         batch = [self._pending.popleft() for _ in range(min(limit, len(self._pending)))]
         try:
             db_now, runs, waiting = ledger.claim_slots_waiting(self._conn(), self.owner, batch)
-        except psycopg.OperationalError:
-            self._pending.extendleft(reversed(batch))  # nothing is lost: claim them later
-            raise
+        except psycopg.Error as exc:
+            if not self._session_alive() or len(batch) == 1:
+                if self._session_alive():  # this row cannot be stored (e.g. a key too large)
+                    cls, msg = error_text(exc)
+                    log.error("job %r: slot %s partition %r cannot be claimed (%s: %s); it stays "
+                              "without a run (the gap scan shows it)", batch[0].job_name,
+                              batch[0].slot.isoformat(), batch[0].partition_key[:100], cls, msg[:300])
+                    return 0
+                self._pending.extendleft(reversed(batch))  # nothing is lost: claim them later
+                raise
+            # the session is alive: one row is at fault; claim them one at a time
+            won = 0
+            for one in batch:
+                self._pending.appendleft(one)
+                won += self.claim(1)
+            return won
         if waiting:  # overlap='wait': an earlier slot still runs; try again on a later pass
             self._waiting.extend(c for c in batch if (c.job_name, c.slot, c.partition_key) in waiting)
         early = [c for c in batch if c.slot > db_now]
@@ -581,6 +608,11 @@ class Worker:
 
     # -- connections and clock --------------------------------------------------------
 
+    def _session_alive(self) -> bool:
+        """Whether the lock session still works (a failed statement may leave it so)."""
+        conn = self._lock_conn
+        return conn is not None and not conn.closed and not conn.broken
+
     def _conn(self) -> psycopg.Connection[Any]:
         assert self._lock_conn is not None
         return self._lock_conn
@@ -597,16 +629,19 @@ class Worker:
         while not self._stop.is_set():
             try:
                 self._lock_conn = connect(self.url)
+                with self._active_lock:
+                    mine = [(a.run.id, a.run.fence) for a in self._active.values()]
+                kept = ledger.relock_runs(self._conn(), self.owner.namespace, mine)
                 break
-            except psycopg.OperationalError as exc:
+            except psycopg.OperationalError as exc:  # down, or cut again while re-locking
                 log.warning("database unreachable (%s); retrying in %.1fs", _first_line(exc), delay)
+                with contextlib.suppress(Exception):
+                    if self._lock_conn is not None:
+                        self._lock_conn.close()
                 self._wake.wait(delay)
                 delay = min(delay * 2, 10.0)
         else:
             return
-        with self._active_lock:
-            mine = [(a.run.id, a.run.fence) for a in self._active.values()]
-        kept = ledger.relock_runs(self._conn(), self.owner.namespace, mine)
         with self._active_lock:
             lost = [a for a in self._active.values() if a.run.id not in kept]
         for a in lost:

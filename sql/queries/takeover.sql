@@ -100,7 +100,7 @@ LEFT JOIN taken t ON t.id = locked.id
 -- still executes, where nobody took them over meanwhile (same fence, still running).
 WITH mine AS (
     SELECT * FROM unnest(%(run_ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
-), still AS (
+), still AS MATERIALIZED (
     SELECT m.id FROM mine m
     JOIN runner.job_runs r ON r.id = m.id AND r.fence = m.fence AND r.status = 'running'
 ), locked AS MATERIALIZED (
