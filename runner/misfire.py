@@ -16,6 +16,12 @@ has a run, up to ``now - grace``:
 * ``manual``: every late slot is held as ``awaiting_approval`` until an operator approves
   (``runner approve``) or skips (``runner skip``) it.
 
+A replay of a job that declares ``verify=`` is verified like a backfill: its catch-up runs
+belong to a plan in runner.backfills (requested by the runner itself, concurrency 1, so one at
+a time and oldest first), which the backfill lane executes and, once done, checks with the
+job's ``verify`` over the replayed range, recording the outcome on the plan
+(``runner backfill show``).
+
 Every decision is a run row with its reason in ``status_reason``. A runner back after days
 applies the policy in bounded batches (``batch`` rows per job per pass of the loop), so the
 loop neither floods nor stalls. Slots *before* the newest slot that has a run are not
@@ -30,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from runner.app import JobDef
 from runner.events import event
@@ -38,6 +45,7 @@ from runner.sqlfiles import queries
 
 log = logging.getLogger("runner.misfire")
 Q = queries("misfire")
+BQ = queries("backfill")
 
 BATCH = 1000
 EPSILON = timedelta(microseconds=1)
@@ -92,7 +100,9 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime,
         result.more = slot <= cutoff
         main = [r for r in rows if r.status == "pending" and job.misfire == "coalesce"]
         rest = [r for r in rows if r not in main]
-        _record(conn, job, rest, now, result)
+        replays = [r for r in rest if r.status == "pending"]
+        group = _replay_plan(conn, job, replays) if replays and job.verify is not None else None
+        _record(conn, job, rest, now, result, group)
         if main:
             starts = dict(conn.execute(Q["coalesced_window_starts"],
                                        {"job_name": job.name, "slot": newest}).fetchall())
@@ -150,12 +160,28 @@ def _decide(job: JobDef, slot: datetime, newest: datetime, replayed: set[datetim
     return [_Row(slot, p, start, end, status, reason, into) for p in partitions]
 
 
+def _replay_plan(conn: psycopg.Connection[Any], job: JobDef, replays: list[_Row]) -> Any:
+    """A plan for the replayed runs of a job with ``verify``; returns its replay group id."""
+    slots = sorted({r.slot for r in replays})
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(BQ["insert_plan"], {
+            "job_name": job.name, "range_from": slots[0], "range_to": slots[-1] + EPSILON,
+            "partitions": None, "lane": "catch_up", "concurrency": 1, "rate": None,
+            "max_failures": None, "pause_when": None, "force": False, "expected_runs": len(replays),
+            "requested_by": "runner (misfire=replay)",
+            "reason": f"verify the {len(slots)} slot(s) replayed after a misfire", "now": None,
+        }).fetchone()
+    assert row is not None
+    return row["replay_group_id"]
+
+
 def _record(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], now: datetime,
-            result: Decisions) -> None:
+            result: Decisions, replay_group: Any = None) -> None:
     if not rows:
         return
     params = {
         "now": None,
+        "replay_group_id": replay_group,
         "job_names": [job.name] * len(rows),
         "slots": [r.slot for r in rows],
         "partition_keys": [r.partition for r in rows],

@@ -177,3 +177,32 @@ def test_restarted_runner_applies_policy_to_the_downtime(db_url: str, tmp_path: 
                                          for i in range(int((last - first).total_seconds()) + 1)]
         assert {s[1] for s in slots} == {parts}
         assert {st for s in slots for st in s[2]} <= {"succeeded", "skipped", "coalesced"}
+
+
+def test_a_replay_of_a_verified_job_is_verified_on_its_plan(db_url: str) -> None:
+    from tests.test_worker import running
+
+    checked: list[tuple[datetime, datetime, str]] = []
+    seen: list[tuple[datetime, str]] = []
+    app = Runner()
+
+    def verify(conn: Any, start: datetime, end: datetime, partition: str) -> bool:
+        checked.append((start, end, partition))
+        return True
+
+    @app.job("replayed", every="1m", misfire="replay", max_catch_up=3, grace="1s",
+             track_from=datetime.now(UTC) - timedelta(minutes=10), verify=verify)
+    def handler(ctx: Any) -> None:
+        seen.append((ctx.slot, ctx.trigger))
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT verify_status FROM runner.backfills") == "passed", timeout=30)
+    plan = rows(db_url, "SELECT job_name, status, concurrency, requested_by, expected_runs, replay_group_id"
+                        " FROM runner.backfills")
+    assert [p[:5] for p in plan] == [("replayed", "completed", 1, "runner (misfire=replay)", 3)]
+    replayed = rows(db_url, "SELECT schedule_slot FROM runner.job_runs WHERE replay_group_id = %s"
+                            " AND status = 'succeeded' AND trigger = 'catch_up' ORDER BY 1", (plan[0][5],))
+    assert len(replayed) == 3
+    # run oldest first, one at a time; then verified once over the replayed range
+    assert [s for s, t in seen if t == "catch_up"] == [r[0] for r in replayed]
+    assert checked == [(replayed[0][0] - MIN, replayed[-1][0], "")]

@@ -25,7 +25,8 @@ WHERE job_name = %(job_name)s AND coalesced_into_slot = %(slot)s
 GROUP BY partition_key
 
 -- name: record_decisions
--- Write misfire decisions as runs: skipped, coalesced and awaiting_approval rows are final
+-- Write misfire decisions as runs (pending ones tagged with the replay plan's group, when
+-- the job verifies its replays): skipped, coalesced and awaiting_approval rows are final
 -- until an operator acts; pending rows (trigger catch_up) are started by the loop. Rows that
 -- already exist are left alone (another process decided, or the slot ran).
 WITH clock AS (
@@ -42,12 +43,13 @@ WITH clock AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
         status, trigger, idempotency_key, scheduled_at, next_attempt_at, finished_at,
-        status_reason, coalesced_into_slot, updated_at)
+        status_reason, coalesced_into_slot, replay_group_id, updated_at)
     SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
            i.window_end, i.status, 'catch_up', i.idempotency_key, c.now,
            CASE WHEN i.status = 'pending' THEN c.now END,
            CASE WHEN i.status IN ('skipped', 'coalesced') THEN c.now END,
-           i.reason, i.coalesced_into_slot, c.now
+           i.reason, i.coalesced_into_slot,
+           CASE WHEN i.status = 'pending' THEN %(replay_group_id)s::uuid END, c.now
     FROM input i CROSS JOIN clock c
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
     RETURNING r.status
