@@ -7,7 +7,7 @@ Create Date: ${create_date}
 
 from alembic import op
 
-from runner.sqlfiles import read_sql
+from runner.sqlfiles import apply_files
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
@@ -15,9 +15,14 @@ branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
 
+# applied in this order on upgrade; tables first, then functions and views that use them
+UPGRADE = ["revisions/${up_revision}.sql"]
+DOWNGRADE = ["revisions/${up_revision}.down.sql"]
+
+
 def upgrade() -> None:
-    op.execute(read_sql("revisions/${up_revision}.sql"))
+    apply_files(op.execute, UPGRADE)
 
 
 def downgrade() -> None:
-    op.execute(read_sql("revisions/${up_revision}.down.sql"))
+    apply_files(op.execute, DOWNGRADE)

@@ -9,6 +9,7 @@ parameters.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -25,6 +26,15 @@ def sql_dir() -> Path:
 def has_statements(text: str) -> bool:
     """Whether SQL text holds anything beyond comments and blank lines."""
     return any(line.strip() and not line.strip().startswith("--") for line in text.splitlines())
+
+
+def apply_files(execute: Callable[[str], object], names: Iterable[str]) -> None:
+    """Run SQL files in order with ``execute`` (alembic's ``op.execute``), skipping files
+    that hold only comments. Every revision under migrations/versions applies its SQL so."""
+    for name in names:
+        sql = read_sql(name)
+        if has_statements(sql):
+            execute(sql)
 
 
 def read_sql(relative: str) -> str:

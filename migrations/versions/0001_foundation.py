@@ -7,7 +7,7 @@ Create Date: 2026-11-29
 
 from alembic import op
 
-from runner.sqlfiles import read_sql
+from runner.sqlfiles import apply_files
 
 revision = "0001_foundation"
 down_revision = None
@@ -16,9 +16,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(read_sql("revisions/0001_foundation.sql"))
-    op.execute(read_sql("functions/lock_key_v1.sql"))
+    apply_files(op.execute, ["revisions/0001_foundation.sql", "functions/lock_key_v1.sql"])
 
 
 def downgrade() -> None:
-    op.execute(read_sql("revisions/0001_foundation.down.sql"))
+    apply_files(op.execute, ["revisions/0001_foundation.down.sql"])

@@ -7,7 +7,7 @@ Create Date: 2026-11-29
 
 from alembic import op
 
-from runner.sqlfiles import has_statements, read_sql
+from runner.sqlfiles import apply_files
 
 revision = "0002_faults"
 down_revision = "0001_foundation"
@@ -20,14 +20,8 @@ DOWNGRADE = ["revisions/0002_faults.down.sql"]
 
 
 def upgrade() -> None:
-    for name in UPGRADE:
-        sql = read_sql(name)
-        if has_statements(sql):
-            op.execute(sql)
+    apply_files(op.execute, UPGRADE)
 
 
 def downgrade() -> None:
-    for name in DOWNGRADE:
-        sql = read_sql(name)
-        if has_statements(sql):
-            op.execute(sql)
+    apply_files(op.execute, DOWNGRADE)
