@@ -38,9 +38,13 @@ def crash_point(name: str) -> None:
     unless that variable is set. Points: ``after_claim`` (a run is claimed, its handler not
     yet started), ``after_handler`` (the handler returned, nothing recorded) and
     ``before_completion`` (a batch of outcomes is about to be recorded)."""
-    if os.environ.get("RUNNER_CRASH_POINT") == name and (
-            random.random() < float(os.environ.get("RUNNER_CRASH_RATE", "1.0"))):
+    if name == _CRASH_POINT and random.random() < _CRASH_RATE:
         os._exit(137)
+
+
+# read once: crash_point is on the path of every run
+_CRASH_POINT = os.environ.get("RUNNER_CRASH_POINT")
+_CRASH_RATE = float(os.environ.get("RUNNER_CRASH_RATE", "1.0")) if _CRASH_POINT else 1.0
 
 
 class JobContext:

@@ -181,24 +181,46 @@ def claim_slots_waiting(
     conn: psycopg.Connection[Any], owner: Owner, claims: Sequence[SlotClaim], now: datetime | None = None
 ) -> tuple[datetime, list[ClaimedRun], set[tuple[str, datetime, str]]]:
     """``claim_slots``, also returning the (job, slot, partition) rows left waiting for an
-    earlier slot of the same job and partition (overlap='wait')."""
-    params = {
-        **owner.params(),
-        "now": now,
-        "job_names": [c.job_name for c in claims],
-        "slots": [c.slot for c in claims],
-        "partition_keys": [c.partition_key for c in claims],
-        "business_dates": [c.business_date for c in claims],
-        "window_starts": [c.window_start for c in claims],
-        "window_ends": [c.window_end for c in claims],
-        "idempotency_keys": [c.idempotency_key for c in claims],
-        "overlaps": [c.overlap for c in claims],
-    }
-    rows = conn.execute(Q["claim_slots"], params).fetchall()
-    now_, runs = claimed_rows([row[:14] for row in rows])
-    jobs, slots, parts = rows[0][14:17]
-    waiting = set(zip(jobs, map(_utc, slots), parts, strict=True)) if jobs else set()
-    return now_, runs, waiting
+    earlier slot of the same job and partition (overlap='wait').
+
+    The rows travel as two JSON documents (per job x slot, then per partition), and only the
+    won rows' positions and run ids come back: this statement runs for every scheduled run,
+    and one parameter per column would cost more to build than the insert costs to run."""
+    groups: list[list[Any]] = []
+    index: dict[tuple[Any, ...], int] = {}
+    rows: list[list[Any]] = []
+    last: SlotClaim | None = None
+    gi = -1
+    for c in claims:
+        if last is None or not (c.slot is last.slot and c.job_name is last.job_name
+                                and c.window_start is last.window_start and c.window_end is last.window_end
+                                and c.business_date is last.business_date and c.overlap is last.overlap):
+            key = (c.job_name, c.slot, c.business_date, c.window_start, c.window_end, c.overlap)
+            gi = index.get(key, -1)
+            if gi < 0:
+                gi = index[key] = len(groups)
+                groups.append([c.job_name, c.slot.isoformat(), c.business_date.isoformat(),
+                               c.window_start.isoformat(), c.window_end.isoformat(), c.overlap])
+            last = c
+        rows.append([gi, c.partition_key, c.idempotency_key])
+    params = {**owner.params(), "now": now, "groups": json.dumps(groups), "rows": json.dumps(rows)}
+    result = conn.execute(Q["claim_slots"], params).fetchall()
+    db_now: datetime = _utc(result[0][0])
+    runs = []
+    for _, n, run_id, locked, _ in result:
+        if run_id is not None:
+            c = claims[n - 1]
+            runs.append(ClaimedRun(run_id, c.job_name, c.slot, c.partition_key, c.business_date,
+                                   c.window_start, c.window_end, "schedule", 1, 1, c.idempotency_key,
+                                   0, locked))
+    waiting_at = result[0][4] or ()
+    waiting = {(claims[n - 1].job_name, claims[n - 1].slot, claims[n - 1].partition_key) for n in waiting_at}
+    return db_now, runs, waiting
+
+
+def id_array(ids: Sequence[int]) -> str:
+    """Integers as one PostgreSQL array literal (a single text parameter, cast in SQL)."""
+    return "{" + ",".join(str(int(i)) for i in ids) + "}"
 
 
 def claim_due_runs(
@@ -216,24 +238,15 @@ def finish_attempts(
     """Record outcomes (fence-checked); returns run id -> whether the outcome landed."""
     if not outcomes:
         return {}
-    params = {
-        "now": now,
-        "run_ids": [o.run_id for o in outcomes],
-        "fences": [o.fence for o in outcomes],
-        "statuses": [o.status for o in outcomes],
-        "attempt_statuses": [o.attempt_status for o in outcomes],
-        "error_classes": [o.error_class for o in outcomes],
-        "error_messages": [o.error_message for o in outcomes],
-        "retry_delays": [o.retry_delay for o in outcomes],
-        "processed": [o.processed for o in outcomes],
-        "failed": [o.failed for o in outcomes],
-    }
+    params = {"now": now, "outcomes": json.dumps([
+        [o.run_id, o.fence, o.status, o.attempt_status, o.error_class, o.error_message, o.retry_delay,
+         o.processed, o.failed] for o in outcomes])}
     return {row[0]: row[1] for row in conn.execute(Q["finish_attempts"], params).fetchall()}
 
 
 def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence[int]) -> None:
     if run_ids:
-        conn.execute(Q["unlock_runs"], {"namespace": namespace, "run_ids": list(run_ids)}).fetchall()
+        conn.execute(Q["unlock_runs"], {"namespace": namespace, "run_ids": id_array(run_ids)}).fetchall()
 
 
 def heartbeat_attempt(
@@ -250,7 +263,7 @@ def heartbeat_attempt(
 def heartbeat_attempts(conn: psycopg.Connection[Any], owner: Owner, run_ids: Sequence[int]) -> None:
     """One liveness beat for every attempt this process is running."""
     if run_ids:
-        conn.execute(Q["heartbeat_attempts"], {"instance": owner.instance, "run_ids": list(run_ids),
+        conn.execute(Q["heartbeat_attempts"], {"instance": owner.instance, "run_ids": id_array(run_ids),
                                                "now": None})
 
 
@@ -265,8 +278,27 @@ def relock_runs(conn: psycopg.Connection[Any], namespace: int,
     return {r[0] for r in rows}
 
 
-def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str) -> None:
-    conn.execute(Q["register_instance"], {**owner.params(), "runner_version": runner_version})
+def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str,
+                      jobs: Sequence[str] = ()) -> None:
+    conn.execute(Q["register_instance"], {**owner.params(), "runner_version": runner_version,
+                                          "jobs": list(jobs)})
+
+
+def live_instances(conn: psycopg.Connection[Any], namespace: int,
+                   fresh_for: float) -> list[tuple[UUID, list[str]]]:
+    """Live runner processes of this lock namespace (heartbeat within ``fresh_for`` seconds),
+    ordered by instance id, with the jobs each serves."""
+    rows = conn.execute(Q["live_instances"], {"namespace": namespace, "fresh_for": fresh_for}).fetchall()
+    return [(r[0], list(r[1])) for r in rows]
+
+
+def unsettled_slots(conn: psycopg.Connection[Any], groups: Sequence[tuple[str, datetime, int]]) -> set[int]:
+    """Of (job, slot, partitions expected) groups, the indexes (0-based) of those with fewer
+    runs than partitions."""
+    if not groups:
+        return set()
+    doc = json.dumps([[job, slot.isoformat(), expected] for job, slot, expected in groups])
+    return {row[0] - 1 for row in conn.execute(Q["unsettled_slots"], {"groups": doc}).fetchall()}
 
 
 def heartbeat_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:

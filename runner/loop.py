@@ -18,6 +18,19 @@ A background thread advances the gap scan's watermarks every minute on one more 
 (runner/gapscan.py). So a process holds at most ``workers + max(2, workers // 4) + 3``
 connections, however many runs it executes.
 
+Shares: when several runners serve a job, each slot's rows are shared out among them (the
+live runners serving the job, from runner.instances, ordered by instance id; a row's share
+is its idempotency key's first 32 bits modulo their number). A runner claims its own share
+at once and sets the others' shares aside; ``steal_after`` seconds later (0.5 s) it looks
+whether every partition of that slot has a run, and if not, claims the rest itself, from the
+end of the others' shares toward where they are working. So runners serving the same jobs
+do not queue behind each other's inserts at the instant a slot falls due (an insert that
+meets another session's uncommitted row waits for that session's commit), and a runner that
+died, hangs or is overloaded delays its share by ``steal_after`` at most until its heartbeat
+ages out (``3 x instance_heartbeat`` = 15 s) and the others share without it. A share is an
+order of claims, never an exclusion: every row is still claimed by one INSERT ... ON CONFLICT
+DO NOTHING, and whoever inserts first owns the run.
+
 The loop sleeps until the next slot of any job or the poll interval, whichever is sooner,
 and wakes at once when a handler finishes while work is waiting. Slot instants are compared
 with the database clock (an offset measured at start and refreshed every minute), and the
@@ -49,9 +62,9 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -65,9 +78,11 @@ from runner.errors import AttemptTimedOut
 from runner.events import event
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
 from runner.metrics import Metrics
-from runner.schedule import idempotency_key
+from runner.schedule import idempotency_keys
 
 log = logging.getLogger("runner.loop")
+
+PREPARE_AHEAD = timedelta(seconds=1)  # claims of a slot are built this long before it is due
 
 
 @dataclass(frozen=True)
@@ -75,11 +90,12 @@ class LoopConfig:
     workers: int = 10
     max_inflight: int = 0  # runs claimed and not yet finished; 0 means 2 x workers
     poll_interval: float = 1.0  # seconds between polls for retries, queued runs, takeovers
-    claim_batch: int = 500  # rows per claim statement at most
+    claim_batch: int = 1000  # rows per claim statement at most
     finish_batch: int = 500  # outcomes per finish statement at most
     instance_heartbeat: float = 5.0
     grace: float = 30.0  # seconds running handlers get at shutdown before their runs are released
     watermark_interval: float = 60.0  # seconds between advances of the gap-scan watermarks
+    steal_after: float = 0.5  # seconds before other runners' unclaimed shares of a slot are claimed
 
     @property
     def inflight_cap(self) -> int:
@@ -137,6 +153,17 @@ class HandlerPool:
 
 
 @dataclass
+class Deferred:
+    """Other runners' share of one slot of a job, set aside until ``release`` (monotonic)."""
+
+    release: float
+    job_name: str
+    slot: datetime
+    expected: int  # partitions of the slot, all shares together
+    claims: list[SlotClaim]
+
+
+@dataclass
 class Active:
     """A run this process is executing."""
 
@@ -163,13 +190,16 @@ class Worker:
         self._pool: ConnectionPool[Any] | None = None
         self._control: ConnectionPool[Any] | None = None
         self._handlers: HandlerPool | None = None
-        self._finished: queue.Queue[tuple[ClaimedRun, Outcome | None] | None] = queue.Queue()
+        self._finished: queue.SimpleQueue[tuple[ClaimedRun, Outcome | None] | None] = queue.SimpleQueue()
         self._completer: threading.Thread | None = None
         self._active: dict[int, Active] = {}
         self._active_lock = threading.Lock()
         self._inflight = 0
         self._pending: deque[SlotClaim] = deque()
         self._waiting: list[SlotClaim] = []  # overlap='wait' slots, retried every poll
+        self._deferred: deque[Deferred] = deque()  # others' shares, in release order
+        self._shares: dict[str, tuple[int, int]] = {}  # job -> (this runner's share, runners)
+        self._prepared: dict[str, tuple[datetime, list[SlotClaim]]] = {}  # job -> its next slot's claims
         self._next_slot: dict[str, datetime] = {}
         self._misfire_due: set[str] = set()
         self._offset = 0.0  # database clock minus local clock, seconds
@@ -177,11 +207,14 @@ class Worker:
         self._next_beat = 0.0
         self._next_instance_beat = 0.0
         self._next_clock_check = 0.0
+        self._next_lane = 0.0
+        self._lane_due = False
+        self._lane_runs: set[int] = set()  # runs the backfill lane started, still running
         self._rng = random.Random()
         leases = [j.lease.total_seconds() for j in self.jobs.values()] or [60.0]
         self._beat_every = min(max(min(leases) / 3, 0.5), 10.0)
         self.stats = {"claimed": 0, "conflicts": 0, "succeeded": 0, "failed": 0, "stale": 0,
-                      "recovered": 0, "timed_out": 0, "released": 0}
+                      "recovered": 0, "timed_out": 0, "released": 0, "stolen": 0}
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -189,7 +222,8 @@ class Worker:
         """Connect, register this process, sync job definitions, and set up the schedule."""
         self._lock_conn = connect(self.url)
         tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()))
-        ledger.register_instance(self._lock_conn, self.owner, __version__)
+        ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.jobs))
+        self._refresh_shares()
         self._measure_offset()
         self._pool = ConnectionPool(
             self.url, min_size=0, max_size=self.config.workers, open=True,
@@ -291,6 +325,8 @@ class Worker:
         take over orphaned runs, start due retries, beat. Returns how long the loop may sleep."""
         self._enforce_timeouts()
         self._fan_out(self.now())
+        if self._deferred and self._deferred[0].release <= time.monotonic():
+            self._release_deferred()
         if self._free() > 0 and self._pending:
             self.claim(min(self._free(), self.config.claim_batch))
         if self._misfire_due:
@@ -304,21 +340,29 @@ class Worker:
                 self._misfire_due |= late
                 self._pending.extend(c for c in self._waiting if c.slot > cutoffs[c.job_name])
                 self._waiting = []
+            self._refresh_shares()  # a runner started or stopped: the shares change within a poll
             result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
                                        default_lease=60.0)
             self.stats["recovered"] += len(result.taken)
             for r in result.taken:
-                self.metrics.takeovers.labels(r.job_name).inc()
+                self.metrics.of(self.metrics.takeovers, r.job_name).inc()
             self._start(result.taken)
             if self._free() > 0:
                 _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
                 self._start(runs)
         # -- backfill lane (runner/backfill.py), below realtime: after this tick's slots,
         # takeovers and retries; with at most half of the free capacity, and none while due
-        # slots still wait to be claimed. Every tick (a finished run wakes the loop), so a
-        # plan keeps its concurrency busy; the pass also pauses and completes plans.
-        self._start(backfill.run_once(self._conn(), self.owner, self.jobs,
-                                      0 if self._pending else self._free() // 2))
+        # slots still wait to be claimed. Every poll interval, and on the tick after one of
+        # the lane's runs finished or a pass claimed some (so a plan keeps its concurrency
+        # busy); the pass also pauses and completes plans.
+        if self._lane_due or mono >= self._next_lane:
+            self._lane_due = False
+            self._next_lane = mono + self.config.poll_interval
+            lane = backfill.run_once(self._conn(), self.owner, self.jobs,
+                                     0 if self._pending else self._free() // 2)
+            self._lane_runs.update(r.id for r in lane)
+            self._lane_due = bool(lane)
+            self._start(lane)
         if mono >= self._next_beat:
             self._next_beat = mono + self._beat_every
             with self._active_lock:
@@ -330,6 +374,8 @@ class Worker:
         if mono >= self._next_clock_check:
             self._next_clock_check = mono + 60.0
             self._measure_offset()
+        if not self._pending:
+            self._prepare(self.now())
         return self._sleep_for(self.now())
 
     def _free(self) -> int:
@@ -358,34 +404,95 @@ class Worker:
     def _fan_out(self, now: datetime) -> None:
         for name, job in self.jobs.items():
             slot = self._next_slot[name]
+            if slot > now:
+                continue
             cutoff = misfire.cutoff_for(job, now)
             if slot <= cutoff:  # this process fell behind (stopped, overloaded): late slots
                 self._misfire_due.add(name)
                 slot = job.schedule.next_after(cutoff)
             while slot <= now:
-                self._pending.extend(self._slot_claims(job, slot))
+                ready = self._prepared.pop(name, None)
+                claims = ready[1] if ready is not None and ready[0] == slot else self._slot_claims(job, slot)
+                self._share_out(job, slot, claims)
                 slot = job.schedule.next_after(slot)
             self._next_slot[name] = slot
 
-    def _slot_claims(self, job: JobDef, slot: datetime) -> Iterable[SlotClaim]:
+    def _prepare(self, now: datetime) -> None:
+        """While idle, build the claims of slots due within PREPARE_AHEAD, so that at the slot
+        instant the loop only has to send them (1,000 jobs: ~15 ms less between the instant
+        and the claim). Jobs with dynamic partitions are fanned out at the instant itself."""
+        horizon = now + PREPARE_AHEAD
+        for name, job in self.jobs.items():
+            slot = self._next_slot[name]
+            if slot <= horizon and not job.dynamic_partitions:
+                ready = self._prepared.get(name)
+                if ready is None or ready[0] != slot:
+                    self._prepared[name] = (slot, self._slot_claims(job, slot))
+
+    def _share_out(self, job: JobDef, slot: datetime, claims: list[SlotClaim]) -> None:
+        """This runner's share of a slot's rows goes to the claim queue; the others' shares
+        are set aside for ``steal_after`` seconds (module docstring: Shares)."""
+        share = self._shares.get(job.name)
+        if share is None or not claims:
+            self._pending.extend(claims)
+            return
+        mine, runners = share
+        others = []
+        for c in claims:
+            if int(c.idempotency_key[:8], 16) % runners == mine:
+                self._pending.append(c)
+            else:
+                others.append(c)
+        if others:
+            self._deferred.append(Deferred(time.monotonic() + self.config.steal_after, job.name, slot,
+                                           len(claims), others))
+
+    def _release_deferred(self) -> None:
+        """Others' shares whose time is up: drop those of slots where every partition has a
+        run; claim the rest, last rows first (the other runner works from the first)."""
+        mono = time.monotonic()
+        due: list[Deferred] = []
+        while self._deferred and self._deferred[0].release <= mono:
+            due.append(self._deferred.popleft())
         try:
-            keys = job.partitions_for(slot)
+            unsettled = ledger.unsettled_slots(self._conn(), [(d.job_name, d.slot, d.expected) for d in due])
+        except BaseException:
+            self._deferred.extendleft(reversed(due))  # nothing is lost: look again on the next pass
+            raise
+        for i in sorted(unsettled):
+            self._pending.extend(reversed(due[i].claims))
+            self.stats["stolen"] += len(due[i].claims)
+
+    def _refresh_shares(self) -> None:
+        """Which share of each job's slots is this runner's: from the live runners serving it."""
+        fresh_for = 3 * self.config.instance_heartbeat
+        serving: dict[str, list[Any]] = {}
+        for instance, jobs in ledger.live_instances(self._conn(), self.owner.namespace, fresh_for):
+            for name in jobs:
+                if name in self.jobs:
+                    serving.setdefault(name, []).append(instance)
+        self._shares = {name: (ids.index(self.owner.instance), len(ids)) for name, ids in serving.items()
+                        if len(ids) > 1 and self.owner.instance in ids}
+
+    def _slot_claims(self, job: JobDef, slot: datetime) -> list[SlotClaim]:
+        try:
+            keys = list(dict.fromkeys(job.partitions_for(slot)))  # each partition once
         except Exception as exc:
             cls, msg = error_text(exc)
             log.error("job %r: partitions for slot %s raised %s: %s; the slot stays unclaimed "
                       "(the gap scan shows it)", job.name, slot.isoformat(), cls, msg)
             return []
         if len(keys) > 1:
-            # start at a random place so that processes claiming the same fan-out don't
-            # collide on every row
+            # start at a random place so that processes claiming the same fan-out without
+            # shares (a runner not yet registered) don't collide on every row
             turn = self._rng.randrange(len(keys))
             keys = keys[turn:] + keys[:turn]
         start, end = job.window_for(slot)
         business_date = job.schedule.business_date(start)
+        name, overlap = job.name, job.overlap
         return [
-            SlotClaim(job.name, slot, key, business_date, start, end,
-                      idempotency_key(job.name, start, end, key, job.version), job.overlap)
-            for key in keys
+            SlotClaim(name, slot, key, business_date, start, end, ikey, overlap)
+            for key, ikey in zip(keys, idempotency_keys(name, start, end, keys, job.version), strict=True)
         ]
 
     def claim(self, limit: int) -> int:
@@ -424,11 +531,12 @@ class Worker:
             for c in batch:
                 key = (c.job_name, c.slot, c.partition_key)
                 if c.slot <= db_now and key not in won_keys and key not in waiting:
-                    self.metrics.conflicts.labels(c.job_name).inc()
+                    self.metrics.of(self.metrics.conflicts, c.job_name).inc()
                     event(log, "job_claim_skipped", logging.DEBUG, job=c.job_name, slot=c.slot,
                           partition=c.partition_key, reason="another process claimed it")
+        m = self.metrics
         for r in runs:
-            self.metrics.lag.labels(r.job_name).observe(max((db_now - r.slot).total_seconds(), 0.0))
+            m.of(m.lag, r.job_name).observe(max((db_now - r.slot).total_seconds(), 0.0))
         self._start(runs)
         return won
 
@@ -448,7 +556,7 @@ class Worker:
             deadline = time.monotonic() + job.timeout.total_seconds() if job.timeout else None
             with self._active_lock:
                 self._active[run.id] = Active(run, ctx, deadline)
-            self.metrics.started.labels(run.job_name, run.trigger).inc()
+            self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
             event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
             crash_point("after_claim")
@@ -466,7 +574,7 @@ class Worker:
             cls, msg = error_text(exc)
             outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,
                               retry_delay=1.0)
-        self.metrics.duration.labels(run.job_name).observe(time.monotonic() - began)
+        self.metrics.of(self.metrics.duration, run.job_name).observe(time.monotonic() - began)
         with self._active_lock:
             mine = self._active.pop(run.id, None) is not None
         if mine:
@@ -514,6 +622,8 @@ class Worker:
             delay = min(delay, max(min(deadlines) - time.monotonic(), 0.0))
         if next_slot is not None:
             delay = min(delay, max((next_slot - now).total_seconds(), 0.0))
+        if self._deferred:
+            delay = min(delay, max(self._deferred[0].release - time.monotonic(), 0.0))
         return max(delay, 0.0005)
 
     # -- completions ------------------------------------------------------------------
@@ -573,7 +683,7 @@ class Worker:
                 self._ended(run, "succeeded", now)
             elif not landed.get(outcome.run_id, False):
                 self.stats["stale"] += 1
-                self.metrics.completed.labels(run.job_name, "refused").inc()
+                self.metrics.of(self.metrics.completed, run.job_name, "refused").inc()
                 event(log, "outcome_refused", logging.WARNING, job=run.job_name, slot=run.slot,
                       partition=run.partition_key, run_id=run.id, attempt=run.attempt,
                       fence=run.fence, outcome=outcome.status, reason="stale fence")
@@ -584,6 +694,11 @@ class Worker:
                 elif outcome.status in ("failed", "dead"):
                     self.stats["failed"] += 1
                 self._ended(run, status, now, outcome)
+        if self._lane_runs:
+            for run, _ in batch:
+                if run.id in self._lane_runs:
+                    self._lane_runs.discard(run.id)
+                    self._lane_due = True
         locked = [run.id for run, _ in batch if run.locked]
         try:
             ledger.unlock_runs(self._conn(), self.owner.namespace, locked)
@@ -595,9 +710,9 @@ class Worker:
         return conn
 
     def _ended(self, run: ClaimedRun, status: str, now: float, outcome: Outcome | None = None) -> None:
-        self.metrics.completed.labels(run.job_name, status).inc()
+        self.metrics.of(self.metrics.completed, run.job_name, status).inc()
         if status == "succeeded":
-            self.metrics.last_success.labels(run.job_name).set(now)
+            self.metrics.of(self.metrics.last_success, run.job_name).set(now)
             event(log, "attempt_succeeded", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence)
         elif status != "released":

@@ -17,6 +17,8 @@ run id or a partition, whose number grows without bound.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -38,6 +40,16 @@ class Metrics:
         self.last_success = Gauge("runner_last_success_timestamp_seconds", "Last recorded success",
                                   ["job"], registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def of(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: the loop touches these for every run,
+        and the labels are bounded (see the module docstring), so the cache is too."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

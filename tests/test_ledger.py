@@ -174,3 +174,38 @@ def test_names_and_partitions_with_any_characters(conns: Any, db_url: str) -> No
     _, won = ledger.claim_slots(a, owner(), claims(name, T0, ["'; --", "☃", "a" * 10000]), now=T0)
     assert sorted(r.partition_key for r in won) == sorted(["'; --", "☃", "a" * 10000])
     assert scalar(db_url, "SELECT job_name FROM runner.jobs WHERE job_name = %s", (name,)) == name
+
+
+def test_claim_maps_each_won_row_back_to_its_slot_and_partition(conns: Any, db_url: str) -> None:
+    """The claim returns only positions and ids; what the caller builds from them must be
+    what the ledger holds, across several job x slot groups, with a row given twice."""
+    a, _ = conns
+    batch = (claims("report", T0, ["t2", "t1"]) + claims("pausable", T0 - timedelta(minutes=1), [""])
+             + claims("report", T0 - timedelta(minutes=1), ["t1"]) + claims("report", T0, ["t2"]))
+    _, won = ledger.claim_slots(a, owner(), batch, now=T0 + timedelta(seconds=1))
+    assert len(won) == 4  # the repeated row names its run once
+    stored = {r[0]: r[1:] for r in rows(db_url, "SELECT id, job_name, schedule_slot, partition_key, business_date,"
+                                                " window_start, window_end, idempotency_key FROM runner.job_runs")}
+    assert {r.id: (r.job_name, r.slot, r.partition_key, r.business_date, r.window_start, r.window_end,
+                   r.idempotency_key) for r in won} == stored
+    assert len({r.id for r in won}) == 4
+
+
+def test_claim_keeps_partition_keys_of_any_text(conns: Any, db_url: str) -> None:
+    a, _ = conns
+    keys = ['quote"s', "back\\slash", "tab\tnew\nline", "é🙂", "{braces}", "comma,here", " ", "NULL"]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE runner.jobs SET partitions = %s WHERE job_name = 'report'", (keys,))
+    _, won = ledger.claim_slots(a, owner(), claims("report", T0, keys), now=T0)
+    assert sorted(r.partition_key for r in won) == sorted(keys)
+    assert sorted(r[0] for r in rows(db_url, "SELECT partition_key FROM runner.job_runs")) == sorted(keys)
+
+
+def test_unsettled_slots_are_those_with_fewer_runs_than_partitions(conns: Any) -> None:
+    a, _ = conns
+    ledger.claim_slots(a, owner(), claims("report", T0, ["t1", "t2"]), now=T0)
+    ledger.claim_slots(a, owner(), claims("report", T0 + timedelta(minutes=1), ["t1"]),
+                       now=T0 + timedelta(minutes=1))
+    groups = [("report", T0, 2), ("report", T0 + timedelta(minutes=1), 2), ("pausable", T0, 1)]
+    assert ledger.unsettled_slots(a, groups) == {1, 2}
+    assert ledger.unsettled_slots(a, []) == set()

@@ -18,6 +18,7 @@ from runner.schedule import (
     Schedule,
     ScheduleError,
     idempotency_key,
+    idempotency_keys,
     parse_interval,
     parse_schedule,
 )
@@ -610,6 +611,15 @@ def test_idempotency_key_separates_every_component():
         (*base[:4], "2"),
     ]
     assert len({idempotency_key(*v) for v in variants}) == len(variants)
+
+
+def test_idempotency_keys_of_many_partitions_are_the_single_keys():
+    w = (Z(2024, 1, 1), Z(2024, 1, 2))
+    parts = ["", "a", "t1", "é", "\x00", "\ud800", "🙂", "2:ab", "a|b", "x" * 300]
+    for version in ("", "1", "v:2"):
+        assert idempotency_keys("job", *w, parts, version) == [
+            idempotency_key("job", *w, p, version) for p in parts]
+    assert idempotency_keys("job", *w, [], "1") == []
 
 
 def test_idempotency_key_is_injective_on_tricky_strings():

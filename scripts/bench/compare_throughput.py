@@ -6,7 +6,9 @@
 Rounds are interleaved (every target once per round), so a noisy neighbour hurts all
 targets alike; the table reports medians and the ratios of the medians. Each sample uses a
 fresh database. runner: two `runner start` processes draining one slot fanned out to N
-partitions (runner_throughput.py); raw: the same ledger statements in a minimal loop;
+partitions (runner_throughput.py); raw: the same ledger statements in a minimal loop, each
+process claiming its own share, min(--max-inflight, 1000) rows a statement (the largest claim
+the runner issues);
 peers: two worker processes each draining N no-op jobs (peers_throughput.py).
 """
 
@@ -23,6 +25,8 @@ sys.path.insert(0, str(HERE))
 import peers_throughput  # noqa: E402
 import runner_throughput  # noqa: E402
 
+from runner.loop import LoopConfig  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -30,12 +34,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--max-inflight", type=int, default=128)
+    parser.add_argument("--max-inflight", type=int, default=512)
     parser.add_argument("--peers", nargs="*", default=["pgqueuer", "pgqueuer-b100", "procrastinate"])
     args = parser.parse_args()
     samples: dict[str, list[float]] = {"runner": [], "raw ceiling": [], **{p: [] for p in args.peers}}
     for i in range(args.repeat):
-        samples["raw ceiling"].append(runner_throughput.measure_raw(args.dsn, args.jobs, args.max_inflight)["runs_per_s"])
+        # the raw loop's statements are as large as the runner's can be: one claim statement
+        # holds at most min(max_inflight, claim_batch) rows
+        raw_batch = min(args.max_inflight, LoopConfig.claim_batch)
+        samples["raw ceiling"].append(runner_throughput.measure_raw(args.dsn, args.jobs, raw_batch)["runs_per_s"])
         samples["runner"].append(runner_throughput.measure_runner(
             args.dsn, args.jobs, args.workers, args.max_inflight)["runs_per_s"])
         for peer in args.peers:

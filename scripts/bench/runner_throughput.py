@@ -7,7 +7,8 @@ One job with N partitions is due at one instant (every="30s"), so one slot fans 
 runs; two real `runner start` processes drain it. Runs per second = N / (last finished_at -
 slot instant), read from the ledger. The ceiling ("raw") is two processes issuing, in a
 minimal psycopg loop, exactly the statements the runner issues per batch of runs (claim,
-finish, unlock; runner/ledger.py), with no handler, threads or scheduling around them.
+finish, unlock; runner/ledger.py), each process claiming its own share of the slot as the
+runners do, with no handler, threads or scheduling around them.
 Each measurement uses a fresh scratch database, dropped afterwards.
 """
 
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from runner import ledger, migrate  # noqa: E402
 from runner.ledger import Outcome, Owner, SlotClaim  # noqa: E402
+from runner.schedule import idempotency_keys  # noqa: E402
 
 APP = '''
 from runner import Runner
@@ -72,7 +74,7 @@ def wait_for(check: Any, timeout: float) -> Any:
         value = check()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(0.05)  # the peers are polled as often (peers_throughput.py)
     raise TimeoutError("condition not met")
 
 
@@ -120,15 +122,16 @@ def measure_runner(admin: str, partitions: int, workers: int, inflight: int) -> 
             "first_start_lag_s": (first - slot).total_seconds(), "owners": owners, "extra_attempts": dup}
 
 
-def _raw_worker(url: str, partitions: int, batch: int, slot: datetime, barrier: Any, out: Any) -> None:
+def _raw_worker(url: str, partitions: int, batch: int, slot: datetime, share: int, barrier: Any, out: Any) -> None:
     owner = Owner(uuid4(), "bench", os.getpid(), 21077)
     lock = psycopg.connect(url, autocommit=True)
     done_conn = psycopg.connect(url, autocommit=True)
     keys = [str(i) for i in range(partitions)]
-    turn = (partitions // 2) if os.getpid() % 2 else 0
-    keys = keys[turn:] + keys[:turn]
     start = slot - timedelta(seconds=30)
-    claims = [SlotClaim("fanout", slot, k, date(2000, 1, 1), start, slot, f"key-{k}") for k in keys]
+    # this process's share of the slot, as two runners split it (runner/loop.py: Shares)
+    claims = [SlotClaim("fanout", slot, k, date(2000, 1, 1), start, slot, ikey)
+              for k, ikey in zip(keys, idempotency_keys("fanout", start, slot, keys, "1"), strict=True)
+              if int(ikey[:8], 16) % 2 == share]
     barrier.wait()
     won = 0
     for i in range(0, len(claims), batch):
@@ -150,8 +153,8 @@ def measure_raw(admin: str, partitions: int, batch: int) -> dict[str, Any]:
             slot = conn.execute("SELECT date_trunc('second', now()) - interval '1 second'").fetchone()[0]
         ctx = multiprocessing.get_context("spawn")
         barrier, out = ctx.Barrier(3), ctx.Queue()
-        procs = [ctx.Process(target=_raw_worker, args=(url, partitions, batch, slot, barrier, out))
-                 for _ in range(2)]
+        procs = [ctx.Process(target=_raw_worker, args=(url, partitions, batch, slot, share, barrier, out))
+                 for share in range(2)]
         for p in procs:
             p.start()
         barrier.wait()
@@ -172,7 +175,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--max-inflight", type=int, default=128)
+    parser.add_argument("--max-inflight", type=int, default=512)
     parser.add_argument("--batch", type=int, default=128, help="rows per statement in the raw loop")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -68,21 +68,28 @@ SELECT job_name FROM runner.jobs WHERE paused AND job_name = ANY(%(job_names)s::
 -- made. Rows not yet due by the database clock, and rows of paused jobs, are not inserted.
 -- Overlap: a row whose job says overlap 'skip' or 'wait' and whose job and partition has an
 -- earlier slot still running is recorded 'skipped' with the reason (skip) or left for a
--- later claim (wait; returned in the waiting_* arrays). Always returns at least one row
--- (with the database clock) so the caller can tell.
+-- later claim (wait; their input positions are returned in `waiting`). Always returns at
+-- least one row (with the database clock) so the caller can tell.
+-- Input, as two JSON documents (one parameter each: cheaper to send than one array per
+-- column): groups = [[job, slot, business date, window start, window end, overlap], ...]
+-- with ISO 8601 instants, rows = [[group index (0-based), partition key, idempotency key],
+-- ...]. A won run is returned as its row's position n (1-based) and its id; the caller has
+-- the rest.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), grp AS (
+    SELECT (g.ord - 1)::int AS gi, g.e ->> 0 AS job_name, (g.e ->> 1)::timestamptz AS schedule_slot,
+           (g.e ->> 2)::date AS business_date, (g.e ->> 3)::timestamptz AS window_start,
+           (g.e ->> 4)::timestamptz AS window_end, g.e ->> 5 AS overlap
+    FROM jsonb_array_elements(%(groups)s::jsonb) WITH ORDINALITY AS g(e, ord)
 ), input AS (
-    SELECT *
-    FROM unnest(%(job_names)s::text[], %(slots)s::timestamptz[], %(partition_keys)s::text[],
-                %(business_dates)s::date[], %(window_starts)s::timestamptz[],
-                %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[],
-                %(overlaps)s::text[])
-         AS t(job_name, schedule_slot, partition_key, business_date, window_start, window_end,
-              idempotency_key, overlap)
+    SELECT r.ord AS n, g.job_name, g.schedule_slot, r.e ->> 1 AS partition_key, g.business_date,
+           g.window_start, g.window_end, r.e ->> 2 AS idempotency_key, g.overlap
+    FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS r(e, ord)
+    JOIN grp g ON g.gi = (r.e ->> 0)::int
 ), due AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.job_name, i.partition_key
-                                   ORDER BY i.schedule_slot) AS nth
+                                   ORDER BY i.schedule_slot, i.n) AS nth
     FROM input i CROSS JOIN clock c
     WHERE i.schedule_slot <= c.now
       AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name AND j.paused)
@@ -106,9 +113,8 @@ WITH clock AS (
     FROM checked i CROSS JOIN clock c
     WHERE i.busy_with IS NULL
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
-    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
-              r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.uncounted_attempts, r.started_at
+    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.attempt, r.fence, r.trigger,
+              r.started_at
 ), skipped AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
@@ -128,19 +134,22 @@ WITH clock AS (
     SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
            runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
     FROM claimed
+), won AS (
+    -- a row given twice in one claim names the run once (the first position)
+    SELECT DISTINCT ON (k.id) k.id, i.n
+    FROM claimed k
+    JOIN input i ON i.job_name = k.job_name AND i.schedule_slot = k.schedule_slot
+                AND i.partition_key = k.partition_key
+    ORDER BY k.id, i.n
 ), waiting AS (
-    SELECT array_agg(job_name) AS job_names, array_agg(schedule_slot) AS slots,
-           array_agg(partition_key) AS partition_keys
-    FROM checked WHERE busy_with IS NOT NULL AND overlap = 'wait'
+    SELECT array_agg(n) AS ns FROM checked WHERE busy_with IS NOT NULL AND overlap = 'wait'
 )
-SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
-       k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
-       k.uncounted_attempts,
+SELECT c.now AS db_now, k.n, k.id,
        CASE WHEN k.id IS NULL THEN NULL
             ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked,
-       w.job_names AS waiting_jobs, w.slots AS waiting_slots, w.partition_keys AS waiting_partitions
+       w.ns AS waiting
 FROM clock c CROSS JOIN waiting w
-LEFT JOIN claimed k ON true
+LEFT JOIN won k ON true
 
 -- name: claim_due_runs
 -- Runs waiting for their next attempt (failed, due for a retry) or queued (pending: reruns,
@@ -207,16 +216,21 @@ FROM clock c LEFT JOIN claimed k ON true
 -- owner gave the run back at shutdown: pending again at once, trigger recovery, and the
 -- attempt does not count against max_attempts). The attempt's own status defaults to the
 -- run outcome (timed_out and released are attempt statuses).
+-- Each run and attempt is reached by its key (id; run_id + fence). The status guards compare
+-- with input.live ('running') instead of a literal so that the planner cannot prefer the
+-- partial indexes of running rows, which keep an entry for every run finished since the last
+-- vacuum: under load those indexes grow by thousands of dead entries a second, and a bitmap
+-- scan of them would cost every batch more than the batch itself.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), input AS (
-    SELECT *
-    FROM unnest(%(run_ids)s::bigint[], %(fences)s::bigint[], %(statuses)s::text[],
-                %(attempt_statuses)s::text[], %(error_classes)s::text[],
-                %(error_messages)s::text[], %(retry_delays)s::float8[], %(processed)s::bigint[],
-                %(failed)s::bigint[])
-         AS t(run_id, fence, status, attempt_status, error_class, error_message, retry_delay,
-              processed, failed)
+    -- outcomes = [[run id, fence, status, attempt status, error class, error message,
+    -- retry delay, processed, failed], ...] as one JSON document
+    SELECT (e ->> 0)::bigint AS run_id, (e ->> 1)::bigint AS fence, e ->> 2 AS status,
+           e ->> 3 AS attempt_status, e ->> 4 AS error_class, e ->> 5 AS error_message,
+           (e ->> 6)::float8 AS retry_delay, (e ->> 7)::bigint AS processed,
+           (e ->> 8)::bigint AS failed, 'running'::text AS live
+    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS e
 ), runs AS (
     UPDATE runner.job_runs r
     SET status = CASE i.status WHEN 'released' THEN 'pending' ELSE i.status END,
@@ -232,22 +246,22 @@ WITH clock AS (
         failed_count = coalesce(i.failed, r.failed_count),
         updated_at = c.now
     FROM input i, clock c
-    WHERE r.id = i.run_id AND r.fence = i.fence AND r.status = 'running'
+    WHERE r.id = i.run_id AND r.fence = i.fence AND r.status = i.live
     RETURNING r.id
 ), attempts AS (
     UPDATE runner.attempts a
-    SET status = CASE WHEN runs.id IS NULL THEN 'stale'
-                      ELSE coalesce(i.attempt_status, i.status) END,
+    SET status = CASE WHEN i.run_id IN (SELECT id FROM runs) THEN coalesce(i.attempt_status, i.status)
+                      ELSE 'stale' END,
         finished_at = c.now,
         error_class = i.error_class,
         error_message = i.error_message
-    FROM input i LEFT JOIN runs ON runs.id = i.run_id, clock c
+    FROM input i, clock c
     WHERE a.run_id = i.run_id AND a.fence = i.fence
       -- an abandoned attempt whose owner comes back is marked stale: its write was refused
-      AND (a.status = 'running' OR (a.status = 'abandoned' AND runs.id IS NULL))
+      AND (a.status = i.live OR (a.status = 'abandoned' AND i.run_id NOT IN (SELECT id FROM runs)))
 )
-SELECT i.run_id, (runs.id IS NOT NULL) AS recorded
-FROM input i LEFT JOIN runs ON runs.id = i.run_id
+SELECT i.run_id, i.run_id IN (SELECT id FROM runs) AS recorded
+FROM input i
 
 -- name: unlock_runs
 SELECT pg_advisory_unlock(runner.lock_key_v1(%(namespace)s, run_id)) AS released
@@ -276,8 +290,28 @@ UPDATE runner.attempts SET heartbeat_at = coalesce(%(now)s::timestamptz, now())
 WHERE owner_instance = %(instance)s AND status = 'running' AND run_id = ANY(%(run_ids)s::bigint[])
 
 -- name: register_instance
-INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version)
-VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runner_version)s)
+INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version, jobs)
+VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runner_version)s,
+        %(jobs)s::text[])
+
+-- name: live_instances
+-- The runner processes that share out slots: not stopped, heartbeat fresh, same lock
+-- namespace; with the jobs each serves.
+SELECT instance_id, coalesce(jobs, '{}') AS jobs
+FROM runner.instances
+WHERE stopped_at IS NULL AND lock_namespace = %(namespace)s
+  AND heartbeat_at > now() - make_interval(secs => %(fresh_for)s)
+ORDER BY instance_id
+
+-- name: unsettled_slots
+-- Of the given job x slot groups ([[job, slot, partitions expected], ...] as JSON), the
+-- positions (1-based) of those with fewer runs than partitions: the others' shares of them
+-- may still need a claim.
+SELECT g.n
+FROM json_array_elements(%(groups)s::json) WITH ORDINALITY AS g(e, n)
+WHERE (SELECT count(*) FROM runner.job_runs r
+       WHERE r.job_name = g.e ->> 0 AND r.schedule_slot = (g.e ->> 1)::timestamptz)
+      < (g.e ->> 2)::bigint
 
 -- name: heartbeat_instance
 UPDATE runner.instances SET heartbeat_at = now() WHERE instance_id = %(instance)s
