@@ -63,7 +63,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -169,8 +169,7 @@ class Active:
 
     run: ClaimedRun
     ctx: JobContext
-    deadline: float | None  # monotonic
-    started: float = field(default_factory=time.monotonic)
+    deadline: float | None = None  # monotonic; set when the handler begins (job.timeout)
 
 
 class Worker:
@@ -553,9 +552,8 @@ class Worker:
                     error_message="advisory lock key held by another session", retry_delay=1.0)))
                 continue
             ctx = JobContext(run, job, self._pool, self._control)
-            deadline = time.monotonic() + job.timeout.total_seconds() if job.timeout else None
             with self._active_lock:
-                self._active[run.id] = Active(run, ctx, deadline)
+                self._active[run.id] = Active(run, ctx)
             self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
             event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
@@ -568,8 +566,17 @@ class Worker:
         event(log, "attempt_started", logging.DEBUG, job=run.job_name, slot=run.slot,
               partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)
         began = time.monotonic()
+        job = self.jobs[run.job_name]
+        if job.timeout:
+            # the timeout counts from here: a run claimed ahead (max_inflight > workers) and
+            # waiting for a handler thread is not running yet
+            with self._active_lock:
+                active = self._active.get(run.id)
+                if active is not None:
+                    active.deadline = began + job.timeout.total_seconds()
+            self._wake.set()  # the loop sleeps until the nearest deadline
         try:
-            outcome = execute(run, self.jobs[run.job_name], self._pool, ctx)
+            outcome = execute(run, job, self._pool, ctx)
         except BaseException as exc:  # never lose a run to a bug in the runner itself
             cls, msg = error_text(exc)
             outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -195,3 +196,24 @@ def test_runner_advances_gap_scan_watermarks(db_url: str) -> None:
                                           " WHERE job_name = 'tracked'") is not None, timeout=15)
     assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'tracked'"
                           " AND state = 'never_started'") <= 1
+
+
+def test_timeout_counts_from_the_handler_start_not_the_claim(db_url: str) -> None:
+    """Runs claimed ahead of a free handler thread (max_inflight > workers) wait without their
+    timeout running: one thread, three runs of 0.6 s each, timeout 1 s, all succeed."""
+    app = Runner()
+
+    @app.job("queued", every="3s", partitions=["p1", "p2", "p3"], timeout="1s")
+    def handler(ctx: JobContext) -> None:
+        time.sleep(0.6)  # the handler's own work, longer than a third of the timeout
+
+    with running(app, db_url, workers=1, max_inflight=3):
+        slot = eventually(lambda: scalar(db_url, "SELECT schedule_slot FROM runner.job_runs GROUP BY 1"
+                                                 " HAVING count(*) FILTER (WHERE status <> 'running') = 3"
+                                                 " ORDER BY 1 LIMIT 1"), timeout=20, message="a whole slot done")
+    got = rows(db_url, "SELECT r.partition_key, a.status, a.started_at FROM runner.job_runs r"
+                       " JOIN runner.attempts a ON a.run_id = r.id WHERE r.schedule_slot = %s"
+                       " ORDER BY r.partition_key, a.attempt", (slot,))
+    assert [(p, s) for p, s, _ in got] == [("p1", "succeeded"), ("p2", "succeeded"), ("p3", "succeeded")]
+    # all three were claimed together, so the last one waited well over a second for its thread
+    assert max(t for *_, t in got) - min(t for *_, t in got) < timedelta(seconds=0.5)

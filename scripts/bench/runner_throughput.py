@@ -18,6 +18,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import signal
 import statistics
 import subprocess
@@ -132,7 +133,7 @@ def _raw_worker(url: str, partitions: int, batch: int, slot: datetime, share: in
     claims = [SlotClaim("fanout", slot, k, date(2000, 1, 1), start, slot, ikey)
               for k, ikey in zip(keys, idempotency_keys("fanout", start, slot, keys, "1"), strict=True)
               if int(ikey[:8], 16) % 2 == share]
-    barrier.wait()
+    barrier.wait(60)
     won = 0
     for i in range(0, len(claims), batch):
         _, runs = ledger.claim_slots(lock, owner, claims[i:i + batch])
@@ -157,9 +158,17 @@ def measure_raw(admin: str, partitions: int, batch: int) -> dict[str, Any]:
                  for share in range(2)]
         for p in procs:
             p.start()
-        barrier.wait()
+        barrier.wait(60)
         t0 = time.perf_counter()
-        won = out.get() + out.get()
+        won = 0
+        for _ in procs:  # a worker that died (its traceback is on stderr) must not hang this
+            while True:
+                try:
+                    won += out.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if any(p.exitcode not in (None, 0) for p in procs):
+                        raise RuntimeError("a raw worker process failed") from None
         elapsed = time.perf_counter() - t0
         for p in procs:
             p.join()
