@@ -83,6 +83,7 @@ from runner.schedule import idempotency_keys
 log = logging.getLogger("runner.loop")
 
 PREPARE_AHEAD = timedelta(seconds=1)  # claims of a slot are built this long before it is due
+LANE_YIELD = 0.05  # seconds before a slot during which the backfill lane does not start a pass
 
 
 @dataclass(frozen=True)
@@ -353,15 +354,21 @@ class Worker:
         # takeovers and retries; with at most half of the free capacity, and none while due
         # slots still wait to be claimed. Every poll interval, and on the tick after one of
         # the lane's runs finished or a pass claimed some (so a plan keeps its concurrency
-        # busy); the pass also pauses and completes plans.
-        if self._lane_due or mono >= self._next_lane:
+        # busy); the pass also pauses and completes plans. It yields to a slot due within
+        # LANE_YIELD, so that its statements do not hold up that slot's claim (for one poll
+        # interval at most: many jobs of different periods may leave no quiet moment).
+        limit = 0 if self._pending else self._free() // 2
+        by_poll = mono >= self._next_lane
+        overdue = mono >= self._next_lane + self.config.poll_interval
+        if ((by_poll or (self._lane_due and limit > 0))
+                and (overdue or not self._slot_within(LANE_YIELD))):
             self._lane_due = False
             self._next_lane = mono + self.config.poll_interval
-            lane = backfill.run_once(self._conn(), self.owner, self.jobs,
-                                     0 if self._pending else self._free() // 2)
-            self._lane_runs.update(r.id for r in lane)
-            self._lane_due = bool(lane)
-            self._start(lane)
+            started = backfill.run_once(self._conn(), self.owner, self.jobs, limit)
+            self._lane_runs.update(r.id for r in started)
+            if started or limit == 0:  # more may be claimable (never reset here: a lane run
+                self._lane_due = True  # that finished meanwhile set it)
+            self._start(started)
         if mono >= self._next_beat:
             self._next_beat = mono + self._beat_every
             with self._active_lock:
@@ -376,6 +383,10 @@ class Worker:
         if not self._pending:
             self._prepare(self.now())
         return self._sleep_for(self.now())
+
+    def _slot_within(self, seconds: float) -> bool:
+        nearest = min(self._next_slot.values(), default=None)
+        return nearest is not None and (nearest - self.now()).total_seconds() < seconds
 
     def _free(self) -> int:
         return self.config.inflight_cap - self._inflight
