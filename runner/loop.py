@@ -25,9 +25,10 @@ at once and sets the others' shares aside; ``steal_after`` seconds later (0.5 s)
 whether every partition of that slot has a run, and if not, claims the rest itself, from the
 end of the others' shares toward where they are working. So runners serving the same jobs
 do not queue behind each other's inserts at the instant a slot falls due (an insert that
-meets another session's uncommitted row waits for that session's commit), and a runner that
-died, hangs or is overloaded delays its share by ``steal_after`` at most until its heartbeat
-ages out (``3 x instance_heartbeat`` = 15 s) and the others share without it. A share is an
+meets another session's uncommitted row waits for that session's commit). A runner killed
+outright drops out of the shares at the others' next poll (its lock session is gone from
+pg_stat_activity); one that hangs or is overloaded delays its share by ``steal_after`` at
+most, until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share is an
 order of claims, never an exclusion: every row is still claimed by one INSERT ... ON CONFLICT
 DO NOTHING, and whoever inserts first owns the run.
 
@@ -765,6 +766,7 @@ class Worker:
                 with self._active_lock:
                     mine = [(a.run.id, a.run.fence) for a in self._active.values()]
                 kept = ledger.relock_runs(self._conn(), self.owner.namespace, mine)
+                ledger.heartbeat_instance(self._conn(), self.owner)  # peers see the new session
                 break
             except psycopg.OperationalError as exc:  # down, or cut again while re-locking
                 log.warning("database unreachable (%s); retrying in %.1fs", _first_line(exc), delay)

@@ -115,3 +115,24 @@ def test_a_silent_runners_share_is_claimed_after_steal_after(db_url: str) -> Non
     # the silent runner's share waited steal_after; this runner's own share did not
     assert min(others) >= timedelta(seconds=0.29)
     assert sorted(own)[len(own) // 2] < timedelta(seconds=0.3)
+
+
+def test_a_runner_whose_lock_session_is_gone_has_no_share(db_url: str) -> None:
+    """A runner killed outright keeps a fresh-looking heartbeat for a while, but its lock
+    session is gone: it is left out of the shares at once, so its share is never late."""
+    gone = psycopg.connect(db_url, autocommit=True)
+    gone_pid = gone.info.backend_pid
+    gone.close()
+    eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (gone_pid,)) == 0)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace,"
+                     " heartbeat_at, jobs) VALUES (%s, 'elsewhere', 1, %s, 21077, now() + interval '1 hour',"
+                     " ARRAY['fanout'])", (uuid4(), gone_pid))
+    with running(fanout_app(), db_url, steal_after=60.0) as worker:
+        since = scalar(db_url, "SELECT now() + interval '1 second'")
+        whole = ("SELECT count(*) FROM (SELECT schedule_slot FROM runner.job_runs WHERE schedule_slot > %s"
+                 " AND status = 'succeeded' GROUP BY 1 HAVING count(*) = %s) s")
+        eventually(lambda: scalar(db_url, whole, (since, len(PARTITIONS))) >= 2,
+                   timeout=20, message="two whole slots, none waiting 60 s for a dead runner's share")
+        assert worker._shares == {}
+        assert worker.stats["stolen"] == 0

@@ -296,12 +296,15 @@ VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runn
 
 -- name: live_instances
 -- The runner processes that share out slots: not stopped, heartbeat fresh, same lock
--- namespace; with the jobs each serves.
-SELECT instance_id, coalesce(jobs, '{}') AS jobs
-FROM runner.instances
-WHERE stopped_at IS NULL AND lock_namespace = %(namespace)s
-  AND heartbeat_at > now() - make_interval(secs => %(fresh_for)s)
-ORDER BY instance_id
+-- namespace, and their lock session still connected (a process killed outright loses its
+-- session at once, long before its heartbeat ages); with the jobs each serves.
+SELECT i.instance_id, coalesce(i.jobs, '{}') AS jobs
+FROM runner.instances i
+WHERE i.stopped_at IS NULL AND i.lock_namespace = %(namespace)s
+  AND i.heartbeat_at > now() - make_interval(secs => %(fresh_for)s)
+  AND (i.backend_pid IS NULL
+       OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid))
+ORDER BY i.instance_id
 
 -- name: unsettled_slots
 -- Of the given job x slot groups ([[job, slot, partitions expected], ...] as JSON), the
@@ -314,7 +317,9 @@ WHERE (SELECT count(*) FROM runner.job_runs r
       < (g.e ->> 2)::bigint
 
 -- name: heartbeat_instance
-UPDATE runner.instances SET heartbeat_at = now() WHERE instance_id = %(instance)s
+-- (on the lock session: after a reconnect, backend_pid names the new one)
+UPDATE runner.instances SET heartbeat_at = now(), backend_pid = pg_backend_pid()
+WHERE instance_id = %(instance)s
 
 -- name: stop_instance
 UPDATE runner.instances SET stopped_at = now(), heartbeat_at = now()
