@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,3 +96,21 @@ class RunnerProcess:
 
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path else ""
+
+
+@contextmanager
+def running_worker(app: Any, url: str, **config: Any) -> Iterator[Any]:
+    """A ``Worker`` of ``app`` running its loop in a thread (in-process runner), stopped and
+    joined on exit. ``config``: LoopConfig fields (default 4 workers, 0.05 s poll)."""
+    from runner.loop import LoopConfig, Worker
+
+    worker = Worker(app, url, LoopConfig(**{"workers": 4, "poll_interval": 0.05, **config}))
+    worker.start()
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive()

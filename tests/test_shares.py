@@ -3,9 +3,7 @@ others' shares only when those are still unclaimed ``steal_after`` seconds later
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -13,25 +11,13 @@ from uuid import uuid4
 import psycopg
 
 from runner import JobContext, Runner
-from runner.loop import LoopConfig, Worker
-from tests.support import eventually, rows, scalar
+from tests.support import eventually, rows, running_worker, scalar
 
 PARTITIONS = [f"t{i:02d}" for i in range(40)]
 
 
-@contextmanager
-def running(app: Runner, url: str, **config: Any) -> Iterator[Worker]:
-    worker = Worker(app, url, LoopConfig(**{"workers": 8, "poll_interval": 0.05,
-                                            "instance_heartbeat": 1.0, **config}))
-    worker.start()
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive()
+def running(app: Runner, url: str, **config: Any) -> Any:
+    return running_worker(app, url, **{"workers": 8, "instance_heartbeat": 1.0, **config})
 
 
 def fanout_app(name: str = "fanout") -> Runner:

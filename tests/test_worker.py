@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from runner import JobContext, LostOwnership, Permanent, Runner
-from runner.loop import LoopConfig, Worker
 from runner.schedule import idempotency_key
-from tests.support import eventually, rows, scalar
+from tests.support import eventually, rows, running_worker, scalar
 
 FAST = {"base": "10ms", "jitter": 0}
 
 
-@contextmanager
-def running(app: Runner, url: str, **config: Any) -> Iterator[Worker]:
-    worker = Worker(app, url, LoopConfig(**{"workers": 4, "poll_interval": 0.05, **config}))
-    worker.start()
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive()
+running = running_worker
 
 
 def test_context_carries_the_run(db_url: str) -> None:
