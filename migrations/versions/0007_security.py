@@ -1,0 +1,26 @@
+"""Security: audited action functions, least-privilege roles, the condition role.
+
+Revision ID: 0007_security
+Revises: 0006_edges
+Create Date: 2026-12-01
+"""
+
+from alembic import op
+
+from runner.sqlfiles import apply_files
+
+revision = "0007_security"
+down_revision = "0006_edges"
+branch_labels = None
+depends_on = None
+
+UPGRADE = ["revisions/0007_security.sql"]
+DOWNGRADE = ["revisions/0007_security.down.sql"]
+
+
+def upgrade() -> None:
+    apply_files(op.execute, UPGRADE)
+
+
+def downgrade() -> None:
+    apply_files(op.execute, DOWNGRADE)

@@ -1,0 +1,26 @@
+"""The ledger audit: runner.check_v1() and the runner.violations view.
+
+Revision ID: 0008_audit
+Revises: 0007_security
+Create Date: 2026-12-01
+"""
+
+from alembic import op
+
+from runner.sqlfiles import apply_files
+
+revision = "0008_audit"
+down_revision = "0007_security"
+branch_labels = None
+depends_on = None
+
+UPGRADE = ["revisions/0008_audit.sql"]
+DOWNGRADE = ["revisions/0008_audit.down.sql"]
+
+
+def upgrade() -> None:
+    apply_files(op.execute, UPGRADE)
+
+
+def downgrade() -> None:
+    apply_files(op.execute, DOWNGRADE)

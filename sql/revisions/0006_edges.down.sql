@@ -1,0 +1,1 @@
+-- Revision 0006_edges, downgrade.

@@ -1,0 +1,1 @@
+-- Revision 0006_edges: Edges: one way to start an attempt, expected partitions recorded per slot.

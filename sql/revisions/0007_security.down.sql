@@ -1,0 +1,1 @@
+-- Revision 0007_security, downgrade.

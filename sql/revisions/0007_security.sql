@@ -1,0 +1,1 @@
+-- Revision 0007_security: Security: audited action functions, least-privilege roles, the condition role.

@@ -1,0 +1,1 @@
+-- Revision 0008_audit, downgrade.

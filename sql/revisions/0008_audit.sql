@@ -1,0 +1,1 @@
+-- Revision 0008_audit: The ledger audit: runner.check_v1() and the runner.violations view.
