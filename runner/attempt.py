@@ -229,7 +229,7 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
     if conn is None:
         return success
     try:
-        landed = ledger.finish_attempts(conn, [success]).get(run.id, False)
+        landed = ledger.finish_attempts(conn, [success]).get((run.id, run.fence), False)
     except Exception as exc:
         ctx._release(commit=False)
         return failure(run, job, exc, ctx)

@@ -32,3 +32,9 @@ class UnresolvedEffect(Permanent):
 class AttemptTimedOut(Exception):
     """The attempt ran longer than its job's ``timeout``. Raised by ``ctx.heartbeat()`` once
     the runner has given up on the attempt; the handler should stop."""
+
+
+class LockUnavailable(Exception):
+    """The run's advisory lock key is held by a session that is not this attempt's runner
+    (an application sharing the lock namespace, or a squatter). The attempt fails and counts
+    against ``max_attempts``, so such a run ends ``dead`` rather than retrying forever."""

@@ -234,14 +234,16 @@ def claim_due_runs(
 
 def finish_attempts(
     conn: psycopg.Connection[Any], outcomes: Sequence[Outcome], now: datetime | None = None
-) -> dict[int, bool]:
-    """Record outcomes (fence-checked); returns run id -> whether the outcome landed."""
+) -> dict[tuple[int, int], bool]:
+    """Record outcomes (fence-checked); returns (run id, fence) -> whether the outcome
+    landed. Keyed by fence too: a stale outcome and the current one of the same run may
+    share a batch, and only the current one lands."""
     if not outcomes:
         return {}
     params = {"now": now, "outcomes": json.dumps([
         [o.run_id, o.fence, o.status, o.attempt_status, o.error_class, o.error_message, o.retry_delay,
          o.processed, o.failed] for o in outcomes])}
-    return {row[0]: row[1] for row in conn.execute(Q["finish_attempts"], params).fetchall()}
+    return {(row[0], row[1]): row[2] for row in conn.execute(Q["finish_attempts"], params).fetchall()}
 
 
 def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence[int]) -> None:
@@ -327,17 +329,39 @@ def end_hung_owners(conn: psycopg.Connection[Any], job_names: Sequence[str], def
 def take_over_orphans(
     conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
     now: datetime | None = None,
-) -> tuple[list[ClaimedRun], list[int]]:
-    """Take over running runs whose lock nobody holds. Returns the runs taken, and the ids
-    locked but not taken (their locks must be released by the caller)."""
+) -> tuple[list[ClaimedRun], list[int], list[int]]:
+    """Take over running runs whose lock nobody holds. Returns the runs taken, the ids
+    locked but not taken (their locks must be released by the caller), and of those the
+    ones that went dead because they were out of attempts."""
     rows = conn.execute(TQ["take_over_orphans"], {
         **owner.params(), "job_names": list(job_names), "limit": limit, "now": now}).fetchall()
-    taken = [ClaimedRun(*map(_utc, row[2:])) for row in rows if row[2] is not None]
+    taken = [ClaimedRun(*map(_utc, row[2:15])) for row in rows if row[2] is not None]
     spare = [row[1] for row in rows if row[1] is not None and row[2] is None]
-    return taken, spare
+    dead = [row[1] for row in rows if row[15]]
+    return taken, spare, dead
 
 
 def dict_rows(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(sql, params)
         return cur.fetchall()
+
+
+def record_fanout(conn: psycopg.Connection[Any], job_name: str, slot: datetime,
+                  partitions: Sequence[str], error: str | None = None) -> tuple[list[str], str | None]:
+    """Record the partitions ``job_name`` expects at ``slot`` (or the error that kept them
+    from being computed); the first set recorded wins. Returns the set in force and its error."""
+    params = {"job_name": job_name, "slot": slot, "partitions": list(partitions), "error": error}
+    row = conn.execute(Q["record_fanout"], params).fetchone()
+    if row is None:  # another runner's insert committed after this statement's snapshot
+        row = conn.execute(Q["fanout_of"], params).fetchone()
+    if row is None:
+        return list(partitions), error
+    return list(row[0]), row[1]
+
+
+def fanout_of(conn: psycopg.Connection[Any], job_name: str,
+              slot: datetime) -> tuple[list[str], str | None] | None:
+    """The recorded partitions (and error) of a job's slot, or None when none was recorded."""
+    row = conn.execute(Q["fanout_of"], {"job_name": job_name, "slot": slot}).fetchone()
+    return None if row is None else (list(row[0]), row[1])

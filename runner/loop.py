@@ -75,8 +75,9 @@ from psycopg_pool import ConnectionPool
 from runner import __version__, backfill, gapscan, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import JobContext, crash_point, error_text, execute, failure
-from runner.errors import AttemptTimedOut
+from runner.errors import AttemptTimedOut, LockUnavailable
 from runner.events import event
+from runner.fanout import MAX_PARTITIONS, plan_slot
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
 from runner.metrics import Metrics
 from runner.schedule import idempotency_keys
@@ -98,10 +99,16 @@ class LoopConfig:
     grace: float = 30.0  # seconds running handlers get at shutdown before their runs are released
     watermark_interval: float = 60.0  # seconds between advances of the gap-scan watermarks
     steal_after: float = 0.5  # seconds before other runners' unclaimed shares of a slot are claimed
+    max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
+    max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
 
     @property
     def inflight_cap(self) -> int:
         return self.max_inflight or 2 * self.workers
+
+    @property
+    def backlog_cap(self) -> int:
+        return self.max_backlog or 10 * self.claim_batch
 
 
 def connect(url: str, **kw: Any) -> psycopg.Connection[Any]:
@@ -202,7 +209,9 @@ class Worker:
         self._shares: dict[str, tuple[int, int]] = {}  # job -> (this runner's share, runners)
         self._prepared: dict[str, tuple[datetime, list[SlotClaim]]] = {}  # job -> its next slot's claims
         self._next_slot: dict[str, datetime] = {}
-        self._misfire_due: set[str] = set()
+        # late slots handed to the misfire duty, per job, oldest range first
+        self._late: dict[str, list[misfire.LateRange]] = {}
+        self._late_retry: dict[str, float] = {}  # job -> monotonic time before which not to retry
         self._offset = 0.0  # database clock minus local clock, seconds
         self._next_poll = 0.0
         self._next_beat = 0.0
@@ -211,7 +220,13 @@ class Worker:
         self._next_lane = 0.0
         self._lane_due = False
         self._lane_runs: set[int] = set()  # runs the backfill lane started, still running
+        # run id -> fence of the attempt whose advisory lock this process's lock session
+        # holds. Only that attempt's end releases the lock: a refused (stale) outcome of an
+        # older attempt of the same run must never unlock the newer attempt's lock.
+        self._held: dict[int, int] = {}
+        self._poll_soon = False  # a catch-up run ended: start the next one without waiting
         self._rng = random.Random()
+        self._backlog_cap = self.config.backlog_cap
         leases = [j.lease.total_seconds() for j in self.jobs.values()] or [60.0]
         self._beat_every = min(max(min(leases) / 3, 0.5), 10.0)
         self.stats = {"claimed": 0, "conflicts": 0, "succeeded": 0, "failed": 0, "stale": 0,
@@ -245,9 +260,11 @@ class Worker:
         for job in self.jobs.values():
             # on-time slots from now on (within the job's tracked range); whatever was missed
             # before is the misfire duty's
-            first = max(misfire.cutoff_for(job, now), tracked[job.name] - misfire.EPSILON)
+            cutoff = misfire.cutoff_for(job, now)
+            first = max(cutoff, tracked[job.name] - misfire.EPSILON)
             self._next_slot[job.name] = job.schedule.next_after(first)
-            self._misfire_due.add(job.name)
+            if cutoff >= tracked[job.name]:  # the downtime, decided from the newest complete slot
+                self._hand_late(job.name, None, job.schedule.latest_at_or_before(cutoff))
         event(log, "runner_started", pid=self.owner.pid, jobs=len(self.jobs),
               workers=self.config.workers, instance=str(self.owner.instance))
 
@@ -290,6 +307,7 @@ class Worker:
             self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
             self._wake.clear()
             self._enforce_timeouts()
+            self._beat_while_stopping()
         for active in self._take_all_active():
             active.ctx.cancel("the runner is shutting down")
             self.stats["released"] += 1
@@ -315,6 +333,22 @@ class Worker:
                 pool.close(timeout=1.0)
         event(log, "runner_stopped", pid=self.owner.pid, **self.stats)
 
+    def _beat_while_stopping(self) -> None:
+        """During the shutdown grace, running attempts and this instance keep beating: a
+        lease shorter than the grace must not make peers end this session and re-run work
+        that is finishing normally."""
+        mono = time.monotonic()
+        if mono < self._next_beat or not self._session_alive():
+            return
+        self._next_beat = mono + self._beat_every
+        with self._active_lock:
+            ids = list(self._active)
+        try:
+            ledger.heartbeat_attempts(self._conn(), self.owner, ids)
+            ledger.heartbeat_instance(self._conn(), self.owner)
+        except psycopg.Error as exc:
+            log.warning("heartbeat during shutdown failed: %s", _first_line(exc))
+
     # -- the tick ---------------------------------------------------------------------
 
     def now(self) -> datetime:
@@ -330,17 +364,17 @@ class Worker:
             self._release_deferred()
         if self._free() > 0 and self._pending:
             self.claim(min(self._free(), self.config.claim_batch))
-        if self._misfire_due:
+        if self._late:
             self._decide_misfires()
         mono = time.monotonic()
+        if self._poll_soon:
+            self._poll_soon = False
+            self._next_poll = 0.0
         if mono >= self._next_poll:
             self._next_poll = mono + self.config.poll_interval
             if self._waiting:  # back in line; late ones become the misfire duty's
-                cutoffs = {n: misfire.cutoff_for(j, self.now()) for n, j in self.jobs.items()}
-                late = {c.job_name for c in self._waiting if c.slot <= cutoffs[c.job_name]}
-                self._misfire_due |= late
-                self._pending.extend(c for c in self._waiting if c.slot > cutoffs[c.job_name])
-                self._waiting = []
+                waiting, self._waiting = self._waiting, []
+                self._pending.extend(self._hand_late_claims(waiting))
             self._refresh_shares()  # a runner started or stopped: the shares change within a poll
             result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
                                        default_lease=60.0)
@@ -392,23 +426,58 @@ class Worker:
     def _free(self) -> int:
         return self.config.inflight_cap - self._inflight
 
-    def _decide_misfires(self) -> None:
+    def _hand_late(self, job_name: str, first: datetime | None, last: datetime) -> None:
+        """Give the misfire duty the late slots [first, last] of a job (first None: from the
+        newest complete slot)."""
+        ranges = self._late.setdefault(job_name, [])
+        if first is not None and ranges and ranges[-1].first is not None \
+                and ranges[-1].first <= first <= ranges[-1].last:
+            ranges[-1].last = max(ranges[-1].last, last)  # already handed over (overlapping)
+            return
+        ranges.append(misfire.LateRange(first, last))
+
+    def _hand_late_claims(self, claims: list[SlotClaim]) -> list[SlotClaim]:
+        """Claims whose slot is past its job's grace go to the misfire duty (their slot, as a
+        range of one); returns the others, still on time."""
         now = self.now()
+        on_time = []
+        for c in claims:
+            if c.slot <= misfire.cutoff_for(self.jobs[c.job_name], now):
+                self._hand_late(c.job_name, c.slot, c.slot)
+            else:
+                on_time.append(c)
+        return on_time
+
+    def _decide_misfires(self) -> None:
+        """The misfire duty: one batch of the oldest late range of each job that has one. Its
+        own error boundary: a failure keeps the range (retried after a poll interval) and never
+        stops the other duties; only a lost lock session goes up to the loop."""
+        now = self.now()
+        mono = time.monotonic()
         started = 0
-        for name in sorted(self._misfire_due):
+        for name in sorted(self._late):
+            if self._late_retry.get(name, 0.0) > mono:
+                continue
+            ranges = self._late[name]
             try:
-                decisions = misfire.run_once(self._conn(), self.jobs[name], now)
+                decisions = misfire.run_once(self._conn(), self.jobs[name], now, ranges[0])
             except psycopg.Error as exc:
                 if not self._session_alive():
                     raise
-                cls, msg = error_text(exc)  # e.g. a partition key too large for the ledger
-                log.error("job %r: misfire decisions failed (%s: %s); the gap scan shows its late "
-                          "slots", name, cls, msg[:300])
-                self._misfire_due.discard(name)
+                cls, msg = error_text(exc)
+                log.error("job %r: misfire decisions failed (%s: %s); retrying in %.1fs", name,
+                          cls, msg[:300], self.config.poll_interval)
+                self._late_retry[name] = mono + self.config.poll_interval
                 continue
+            if decisions.paused:
+                self._late_retry[name] = mono + self.config.poll_interval
+                continue
+            self._late_retry.pop(name, None)
             started += decisions.started
             if not decisions.more:
-                self._misfire_due.discard(name)
+                ranges.pop(0)
+                if not ranges:
+                    del self._late[name]
         if started:
             self._next_poll = 0.0  # start the catch-up runs now
 
@@ -419,13 +488,16 @@ class Worker:
                 continue
             cutoff = misfire.cutoff_for(job, now)
             if slot <= cutoff:  # this process fell behind (stopped, overloaded): late slots
-                self._misfire_due.add(name)
-                slot = job.schedule.next_after(cutoff)
-            while slot <= now:
+                last = job.schedule.latest_at_or_before(cutoff)
+                self._hand_late(name, slot, last)
+                slot = job.schedule.next_after(last)
+            while slot <= now and len(self._pending) < self._backlog_cap:
                 ready = self._prepared.pop(name, None)
                 claims = ready[1] if ready is not None and ready[0] == slot else self._slot_claims(job, slot)
                 self._share_out(job, slot, claims)
                 slot = job.schedule.next_after(slot)
+            # past the backlog cap, the slot waits unexpanded (memory stays flat); if it is
+            # still waiting past its grace, the misfire duty decides it
             self._next_slot[name] = slot
 
     def _prepare(self, now: datetime) -> None:
@@ -486,20 +558,19 @@ class Worker:
                         if len(ids) > 1 and self.owner.instance in ids}
 
     def _slot_claims(self, job: JobDef, slot: datetime) -> list[SlotClaim]:
-        try:
-            keys = list(dict.fromkeys(job.partitions_for(slot)))  # each partition once
-        except Exception as exc:
-            cls, msg = error_text(exc)
-            log.error("job %r: partitions for slot %s raised %s: %s; the slot stays unclaimed "
-                      "(the gap scan shows it)", job.name, slot.isoformat(), cls, msg)
+        """The claims of one slot, from its fan-out (runner/fanout.py: user callables behind
+        their own error boundary, a dynamic job's partitions recorded before any claim)."""
+        plan = plan_slot(self._conn(), job, slot, self.config.max_partitions)
+        if plan.error is not None or plan.window_start is None or plan.window_end is None \
+                or plan.business_date is None:
             return []
+        keys = plan.partitions
         if len(keys) > 1:
             # start at a random place so that processes claiming the same fan-out without
             # shares (a runner not yet registered) don't collide on every row
             turn = self._rng.randrange(len(keys))
             keys = keys[turn:] + keys[:turn]
-        start, end = job.window_for(slot)
-        business_date = job.schedule.business_date(start)
+        start, end, business_date = plan.window_start, plan.window_end, plan.business_date
         name, overlap = job.name, job.overlap
         return [
             SlotClaim(name, slot, key, business_date, start, end, ikey, overlap)
@@ -509,6 +580,9 @@ class Worker:
     def claim(self, limit: int) -> int:
         """Claim up to ``limit`` pending slots in one statement; start the runs won."""
         batch = [self._pending.popleft() for _ in range(min(limit, len(self._pending)))]
+        batch = self._hand_late_claims(batch)  # an overloaded runner never claims late slots
+        if not batch:
+            return 0
         try:
             db_now, runs, waiting = ledger.claim_slots_waiting(self._conn(), self.owner, batch)
         except psycopg.Error as exc:
@@ -557,12 +631,16 @@ class Worker:
             self._inflight += 1
             job = self.jobs[run.job_name]
             if not run.locked:
+                # a session outside this runner holds the run's key (an application sharing
+                # RUNNER_LOCK_NAMESPACE, or a squatter): a failed attempt that counts against
+                # max_attempts like any other, so the run ends dead, never retried forever
                 log.error("run %s: its advisory lock is held by another session; is "
                           "RUNNER_LOCK_NAMESPACE shared with the application?", run.id)
-                self._finished.put((run, Outcome(
-                    run.id, run.fence, "failed", error_class="runner.LockUnavailable",
-                    error_message="advisory lock key held by another session", retry_delay=1.0)))
+                self._finished.put((run, failure(run, job, LockUnavailable(
+                    "advisory lock key held by another session"), None)))
                 continue
+            with self._active_lock:
+                self._held[run.id] = run.fence
             ctx = JobContext(run, job, self._pool, self._control)
             with self._active_lock:
                 self._active[run.id] = Active(run, ctx)
@@ -670,7 +748,7 @@ class Worker:
     def _record(self, conn: psycopg.Connection[Any] | None,
                 batch: list[tuple[ClaimedRun, Outcome | None]]) -> psycopg.Connection[Any] | None:
         outcomes = [o for _, o in batch if o is not None]
-        landed: dict[int, bool] = {}
+        landed: dict[tuple[int, int], bool] = {}
         delay = 0.1
         give_up = None
         while outcomes:
@@ -700,7 +778,7 @@ class Worker:
             if outcome is None:  # recorded in the handler's own transaction
                 self.stats["succeeded"] += 1
                 self._ended(run, "succeeded", now)
-            elif not landed.get(outcome.run_id, False):
+            elif not landed.get((outcome.run_id, outcome.fence), False):
                 self.stats["stale"] += 1
                 self.metrics.of(self.metrics.completed, run.job_name, "refused").inc()
                 event(log, "outcome_refused", logging.WARNING, job=run.job_name, slot=run.slot,
@@ -718,7 +796,12 @@ class Worker:
                 if run.id in self._lane_runs:
                     self._lane_runs.discard(run.id)
                     self._lane_due = True
-        locked = [run.id for run, _ in batch if run.locked]
+        if any(run.trigger == "catch_up" for run, _ in batch):
+            self._poll_soon = True  # replays run back to back, not one per poll interval
+        with self._active_lock:
+            locked = [run.id for run, _ in batch if self._held.get(run.id) == run.fence]
+            for run_id in locked:
+                del self._held[run_id]
         try:
             ledger.unlock_runs(self._conn(), self.owner.namespace, locked)
         except psycopg.Error as exc:  # the session is gone, and its locks with it
@@ -779,6 +862,8 @@ class Worker:
             return
         with self._active_lock:
             lost = [a for a in self._active.values() if a.run.id not in kept]
+            for run_id in [r for r in self._held if r not in kept]:
+                del self._held[run_id]  # its lock died with the old session
         for a in lost:
             a.ctx.cancel("this process lost its lock session and another process owns the run")
         log.warning("lock session re-established: %d run(s) kept, %d lost to other processes",

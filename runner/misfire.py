@@ -2,19 +2,43 @@
 
 A slot is *late* when no run was started for it within its job's ``grace`` after its
 instant: every runner was down, or stopped, or too busy. The loop never claims a late slot
-as if it were on time; it hands the job to ``run_once``, which decides, under the job's row
-lock (so concurrent runners decide once), for the slots after the newest slot that already
-has a run, up to ``now - grace``:
+as if it were on time; it hands the job a *range* of late slots, ``[first, last]``, fixed
+when it is handed over, and ``run_once`` decides the slot × partitions of that range that
+have no run, oldest first, in bounded batches, under the job's row lock (so concurrent
+runners decide once). Ranges come from:
+
+* a runner's start: from the newest *complete* slot at or before ``now - grace`` (every
+  partition it expects has a run; see ``latest_complete_slot``) to the newest slot at or
+  before ``now - grace``: the downtime, including a slot whose fan-out a shutdown cut short;
+* the loop falling behind (stopped, overloaded, a backlog of claims past grace): exactly the
+  slots it did not claim in time;
+* ``overlap="wait"`` rows that waited past grace: their slot.
+
+Because a range is fixed, on-time claims made meanwhile (after ``last``) cannot hide late
+slots, and every batch of a range decides against the same newest slot. Policies:
 
 * ``skip``: each late slot × partition is recorded ``skipped``, with the reason.
-* ``coalesce`` (the default): one run, for the newest late slot, whose business window is
-  widened to start where the oldest late slot's window started; every other late slot is
-  recorded ``coalesced``, pointing (``coalesced_into_slot``) to that slot.
+* ``coalesce`` (the default): one run per partition, at the range's newest slot, whose
+  window is widened to start where the oldest late window of that partition started; the
+  other late slots are recorded ``coalesced``, pointing (``coalesced_into_slot``) to it. The
+  target run is written *before* any row pointing to it, in the same transaction, and a row
+  is only coalesced into a run that covers its window: when the newest slot already has a
+  run of its own (or the partition does not exist there), the late slot runs on its own
+  (trigger ``catch_up``). So a coalesced row never points at nothing.
 * ``replay``: each late slot runs (trigger ``catch_up``), oldest first and one at a time per
-  job and partition, but only the newest ``max_catch_up`` slots that are younger than
-  ``max_catch_up_age``; the rest are held as ``awaiting_approval``.
+  job and partition (the next starts as soon as the previous ends), but only the newest
+  ``max_catch_up`` slots of the range younger than ``max_catch_up_age``; the rest are held
+  as ``awaiting_approval``.
 * ``manual``: every late slot is held as ``awaiting_approval`` until an operator approves
   (``runner approve``) or skips (``runner skip``) it.
+
+Slots that fell due while the job was paused (runner.job_pauses, kept by a trigger on
+runner.jobs) are not late: they are left to the gap scan (a backfill or ``runner skip``
+decides them), and nothing is decided for a job while it is paused.
+
+Partitions come from the slot's fan-out (runner/fanout.py): static ones, or the set a
+dynamic job recorded when the slot was first fanned out (computed and recorded here if it
+never was). A slot whose fan-out fails is recorded as such and shows in the gap scan.
 
 A replay of a job that declares ``verify=`` is verified like a backfill: its catch-up runs
 belong to a plan in runner.backfills (requested by the runner itself, concurrency 1, so one at
@@ -22,10 +46,9 @@ a time and oldest first), which the backfill lane executes and, once done, check
 job's ``verify`` over the replayed range, recording the outcome on the plan
 (``runner backfill show``).
 
-Every decision is a run row with its reason in ``status_reason``. A runner back after days
-applies the policy in bounded batches (``batch`` rows per job per pass of the loop), so the
-loop neither floods nor stalls. Slots *before* the newest slot that has a run are not
-decided here: if any lack a run, the gap scan (``runner.missing_slots``) lists them.
+Every decision is a run row with its reason in ``status_reason``. Slots outside the ranges
+handed over (older gaps) are not decided here: the gap scan (``runner.missing_slots``)
+lists them.
 """
 
 from __future__ import annotations
@@ -40,6 +63,7 @@ from psycopg.rows import dict_row
 
 from runner.app import JobDef
 from runner.events import event
+from runner.fanout import plan_slot
 from runner.schedule import idempotency_key
 from runner.sqlfiles import queries
 
@@ -54,7 +78,9 @@ EPSILON = timedelta(microseconds=1)
 @dataclass
 class Decisions:
     counts: dict[str, int] = field(default_factory=dict)
-    more: bool = False  # late slots remain for the next pass
+    more: bool = False  # late slots of the range remain for the next pass
+    paused: bool = False  # the job is paused: nothing decided, try again later
+    next_first: datetime | None = None  # where the next pass over the range starts
 
     @property
     def started(self) -> int:
@@ -72,53 +98,84 @@ class _Row:
     coalesced_into: datetime | None = None
 
 
+@dataclass
+class LateRange:
+    """Late slots ``[first, last]`` of one job handed to the duty. ``first`` None: from the
+    newest complete slot (a runner's start)."""
+
+    first: datetime | None
+    last: datetime
+
+
 def cutoff_for(job: JobDef, now: datetime) -> datetime:
     """Slots at or before this instant are late (if they have no run)."""
     return now - job.grace - EPSILON
 
 
-def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime,
+def start_of_downtime(conn: psycopg.Connection[Any], job: JobDef, last: datetime,
+                      track_from: datetime) -> datetime | None:
+    """The first slot of a starting runner's late range, or None when there is none."""
+    expected = len(job.partitions) if isinstance(job.partitions, tuple) else 1
+    row = conn.execute(Q["latest_complete_slot"], {
+        "job_name": job.name, "cutoff": last, "track_from": track_from,
+        "expected": max(expected, 1)}).fetchone()
+    assert row is not None
+    complete, oldest, groups = row
+    if complete is not None:
+        after = job.schedule.next_after(complete)
+    elif groups:
+        after = oldest  # no complete slot among the last 50 with runs: decide from the oldest
+    else:
+        after = job.schedule.next_after(track_from - EPSILON)
+    return after if after <= last else None
+
+
+def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: LateRange,
              batch: int = BATCH) -> Decisions:
-    """Decide up to ``batch`` late slot × partitions of ``job`` (one transaction)."""
-    cutoff = cutoff_for(job, now)
+    """Decide up to about ``batch`` late slot × partitions of ``late`` (one transaction);
+    advances ``late.first``."""
     sched = job.schedule
     result = Decisions()
     with conn.transaction():
-        if conn.execute(Q["lock_job"], {"job_name": job.name}).fetchone() is None:
+        row = conn.execute(Q["lock_job"], {"job_name": job.name}).fetchone()
+        if row is None:
             return result  # not synced yet
-        row = conn.execute(Q["latest_decided_slot"], {"job_name": job.name, "cutoff": cutoff}).fetchone()
-        latest: datetime | None = row[0] if row else None
-        if latest is None:
+        if row[2]:  # paused: nothing is late while a job is paused (the gap scan shows it)
+            result.paused = result.more = True
             return result
-        newest = sched.latest_at_or_before(cutoff)
-        replayed = _replay_set(job, newest, latest, now) if job.misfire == "replay" else set()
-        rows: list[_Row] = []
-        slot = sched.next_after(latest)
-        while slot <= cutoff and len(rows) < batch:
-            rows.extend(_decide(job, slot, newest, replayed, now))
+        if late.first is None:
+            late.first = start_of_downtime(conn, job, late.last, row[1])
+            if late.first is None:
+                return result
+        pauses = conn.execute(Q["pauses"], {"job_name": job.name, "first": late.first,
+                                            "last": late.last}).fetchall()
+        replayed = _replay_set(job, late, now) if job.misfire == "replay" else set()
+        candidates: list[_Row] = []
+        slot = late.first
+        while slot <= late.last and len(candidates) < batch:
+            if not any(lo <= slot < hi for lo, hi in pauses):
+                candidates.extend(_decide(conn, job, slot, late.last, replayed, now))
             slot = sched.next_after(slot)
-        result.more = slot <= cutoff
-        main = [r for r in rows if r.status == "pending" and job.misfire == "coalesce"]
-        rest = [r for r in rows if r not in main]
-        replays = [r for r in rest if r.status == "pending"]
+        result.more = slot <= late.last
+        result.next_first = slot if result.more else None
+        late.first = slot
+        rows = _without_runs(conn, job, candidates)
+        if job.misfire == "coalesce":
+            rows = _coalesce(conn, job, rows, late.last, now, result)
+        replays = [r for r in rows if r.status == "pending"]
         group = _replay_plan(conn, job, replays) if replays and job.verify is not None else None
-        _record(conn, job, rest, now, result, group)
-        if main:
-            starts = dict(conn.execute(Q["coalesced_window_starts"],
-                                       {"job_name": job.name, "slot": newest}).fetchall())
-            main = [_Row(r.slot, r.partition, min(r.window_start, starts.get(r.partition, r.window_start)),
-                         r.window_end, r.status, r.reason) for r in main]
-            _record(conn, job, main, now, result)
+        _record(conn, job, rows, now, result, group)
     if result.counts:
         event(log, "misfire_decision", job=job.name, policy=job.misfire,
               **{f"runs_{k}": v for k, v in sorted(result.counts.items())})
     return result
 
 
-def _replay_set(job: JobDef, newest: datetime, latest: datetime, now: datetime) -> set[datetime]:
+def _replay_set(job: JobDef, late: LateRange, now: datetime) -> set[datetime]:
     chosen: set[datetime] = set()
-    slot = newest
-    while slot > latest and len(chosen) < job.max_catch_up:
+    slot = job.schedule.latest_at_or_before(late.last)
+    first = late.first or late.last
+    while slot >= first and len(chosen) < job.max_catch_up:
         if job.max_catch_up_age is not None and now - slot > job.max_catch_up_age:
             break
         chosen.add(slot)
@@ -126,15 +183,12 @@ def _replay_set(job: JobDef, newest: datetime, latest: datetime, now: datetime) 
     return chosen
 
 
-def _decide(job: JobDef, slot: datetime, newest: datetime, replayed: set[datetime],
-            now: datetime) -> list[_Row]:
-    try:
-        partitions = job.partitions_for(slot)
-    except Exception as exc:
-        log.error("job %r: partitions for late slot %s raised %s; the gap scan shows it",
-                  job.name, slot.isoformat(), type(exc).__name__)
-        return []
-    start, end = job.window_for(slot)
+def _decide(conn: psycopg.Connection[Any], job: JobDef, slot: datetime, newest: datetime,
+            replayed: set[datetime], now: datetime) -> list[_Row]:
+    plan = plan_slot(conn, job, slot)
+    if plan.error is not None or plan.window_start is None or plan.window_end is None:
+        return []  # recorded as fanout_failed: the gap scan shows it
+    start, end = plan.window_start, plan.window_end
     late = _human(now - slot)
     policy = job.misfire
     status: str
@@ -157,7 +211,52 @@ def _decide(job: JobDef, slot: datetime, newest: datetime, replayed: set[datetim
                   if job.max_catch_up_age is not None and now - slot > job.max_catch_up_age
                   else f"beyond max_catch_up={job.max_catch_up}")
         reason = f"misfire=replay: late by {late}, {beyond}; held for approval"
-    return [_Row(slot, p, start, end, status, reason, into) for p in partitions]
+    return [_Row(slot, p, start, end, status, reason, into) for p in plan.partitions]
+
+
+def _without_runs(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row]) -> list[_Row]:
+    """The rows whose slot × partition has no run yet (one statement)."""
+    if not rows:
+        return rows
+    have = set(conn.execute(Q["runs_at"], {
+        "job_name": job.name, "slots": [r.slot for r in rows],
+        "partition_keys": [r.partition for r in rows]}).fetchall())
+    return [r for r in rows if (r.slot, r.partition) not in have]
+
+
+def _coalesce(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], newest: datetime,
+              now: datetime, result: Decisions) -> list[_Row]:
+    """Write the coalescing runs (at ``newest``) that this batch's coalesced rows need, each
+    before any row points at it, with its window widened to the oldest late window of its
+    partition; rows with no run to cover them run on their own instead."""
+    coalesced = [r for r in rows if r.status == "coalesced"]
+    if not coalesced:
+        return rows
+    oldest: dict[str, datetime] = {}
+    for r in coalesced:
+        oldest[r.partition] = min(oldest.get(r.partition, r.window_start), r.window_start)
+    plan = plan_slot(conn, job, newest)
+    targets: list[_Row] = []
+    if plan.error is None and plan.window_start is not None and plan.window_end is not None:
+        late = _human(now - newest)
+        targets = [_Row(newest, p, oldest[p], plan.window_end, "pending",
+                        f"misfire=coalesce: late by {late}; covers the late slots before it")
+                   for p in plan.partitions if p in oldest]
+        _record(conn, job, targets, now, result)
+    covering = dict(conn.execute(Q["coalesce_targets"], {
+        "job_name": job.name, "slot": newest, "partition_keys": sorted(oldest)}).fetchall())
+    out: list[_Row] = []
+    for r in rows:
+        if r.status != "coalesced":
+            if not (r.slot == newest and r.partition in covering):
+                out.append(r)
+        elif r.partition in covering and covering[r.partition] <= r.window_start:
+            out.append(r)
+        else:
+            out.append(_Row(r.slot, r.partition, r.window_start, r.window_end, "pending",
+                            "misfire=coalesce: no run of the newest late slot covers this "
+                            "partition's window; runs on its own"))
+    return out
 
 
 def _replay_plan(conn: psycopg.Connection[Any], job: JobDef, replays: list[_Row]) -> Any:

@@ -5,8 +5,10 @@ the lock when that session ends (the process was killed, its connection cut). ``
 finds running runs whose lock nobody holds, locks them on this process's lock session and
 takes them over in one statement that re-checks status and fence, so it never races a
 completion: the old attempt is closed as ``abandoned``, the new one has a higher fence and
-trigger ``recovery``. Detection needs no heartbeat timeout, only the next pass of the loop
-(every poll interval, 1 s by default).
+trigger ``recovery``. A recovery counts against the job's ``max_attempts`` like any other
+attempt: a run whose owners died that many times (a handler that kills its process) goes
+``dead`` instead of being taken over again. Detection needs no heartbeat timeout, only the
+next pass of the loop (every poll interval, 1 s by default).
 
 A *hung* owner still holds its lock but has stopped beating: its process is stopped
 (SIGSTOP), partitioned or wedged. Past its job's lease, ``run_once`` ends the holder's
@@ -54,9 +56,12 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
                       h.heartbeat_at.isoformat())
     taken: list[ClaimedRun] = []
     if limit > 0:
-        taken, spare = ledger.take_over_orphans(conn, owner, job_names, limit)
+        taken, spare, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
         if spare:
             ledger.unlock_runs(conn, owner.namespace, spare)
+        for run_id in dead:
+            event(log, "run_dead", logging.ERROR, run_id=run_id,
+                  reason="its owner died with no attempts left (max_attempts)")
         for run in taken:
             event(log, "run_recovered", logging.WARNING, job=run.job_name, slot=run.slot,
                   partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)

@@ -96,7 +96,7 @@ def test_outcome_with_stale_fence_is_refused_and_recorded(conns: Any, db_url: st
     # another attempt took the run over (fence moved on)
     b.execute("UPDATE runner.job_runs SET fence = fence + 1 WHERE id = %s", (run.id,))
     landed = ledger.finish_attempts(b, [Outcome(run.id, run.fence, "succeeded")])
-    assert landed == {run.id: False}
+    assert landed == {(run.id, run.fence): False}
     assert scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s", (run.id,)) == "running"
     assert scalar(db_url, "SELECT status FROM runner.attempts WHERE run_id = %s", (run.id,)) == "stale"
 
@@ -104,12 +104,30 @@ def test_outcome_with_stale_fence_is_refused_and_recorded(conns: Any, db_url: st
 def test_outcome_with_current_fence_lands_once(conns: Any, db_url: str) -> None:
     a, b = conns
     _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
-    assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "succeeded", processed=7)]) == {run.id: True}
+    assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "succeeded", processed=7)]) == {(run.id, run.fence): True}
     # a second outcome for the same attempt cannot land: the run is no longer running
     assert ledger.finish_attempts(b, [Outcome(run.id, run.fence, "failed", error_class="X", error_message="late", retry_delay=1.0)]) == {
-        run.id: False}
+        (run.id, run.fence): False}
     assert rows(db_url, "SELECT status, processed_count, finished_at IS NOT NULL FROM runner.job_runs") == [
         ("succeeded", 7, True)]
+
+
+def test_stale_and_current_outcome_in_one_batch_land_per_fence(conns: Any, db_url: str) -> None:
+    """Edges #10: "landed" is per (run, fence). The stale outcome of attempt 1 and the
+    current outcome of attempt 2 of the same run in one batch: only attempt 2's lands, and
+    attempt 1 is closed stale, never marked with attempt 2's outcome."""
+    a, b = conns
+    _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)
+    ledger.unlock_runs(a, 21077, [run.id])  # the owner's session is gone
+    (taken,), _, _ = ledger.take_over_orphans(b, owner(), ["report"], 10, now=T0)
+    assert taken.fence == run.fence + 1
+    landed = ledger.finish_attempts(b, [
+        Outcome(run.id, run.fence, "failed", error_class="Old", error_message="stale", retry_delay=1.0),
+        Outcome(taken.id, taken.fence, "succeeded", processed=3)])
+    assert landed == {(run.id, run.fence): False, (taken.id, taken.fence): True}
+    assert rows(db_url, "SELECT fence, status FROM runner.attempts ORDER BY fence") == [
+        (1, "stale"), (2, "succeeded")]
+    assert rows(db_url, "SELECT status, last_error FROM runner.job_runs") == [("succeeded", None)]
 
 
 def test_failure_schedules_retry_and_retry_claim_bumps_fence(conns: Any, db_url: str) -> None:

@@ -30,9 +30,16 @@ def conn(db_url: str) -> Any:
         yield c
 
 
-def decide(conn: Any, app: Runner, now: datetime, batch: int = 1000) -> misfire.Decisions:
+def startup_range(app: Runner, now: datetime) -> misfire.LateRange:
+    """The range a runner starting at ``now`` hands over: from the newest complete slot."""
+    job = app.jobs["late"]
+    return misfire.LateRange(None, job.schedule.latest_at_or_before(misfire.cutoff_for(job, now)))
+
+
+def decide(conn: Any, app: Runner, now: datetime, batch: int = 1000,
+           late: misfire.LateRange | None = None) -> misfire.Decisions:
     ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - MIN)
-    return misfire.run_once(conn, app.jobs["late"], now, batch=batch)
+    return misfire.run_once(conn, app.jobs["late"], now, late or startup_range(app, now), batch=batch)
 
 
 def runs(conn: Any) -> list[tuple[Any, ...]]:
@@ -72,7 +79,8 @@ def test_coalesce_runs_once_for_the_newest_with_a_widened_window(conn: Any) -> N
 def test_coalesce_in_small_batches_still_covers_the_whole_range(conn: Any) -> None:
     app = job_app(misfire="coalesce", partitions=["p", "q"])
     passes = 0
-    while decide(conn, app, NOW, batch=3).more:
+    late = startup_range(app, NOW)
+    while decide(conn, app, NOW, batch=3, late=late).more:
         passes += 1
     assert passes >= 3
     got = runs(conn)
@@ -136,7 +144,7 @@ def test_two_deciders_at_once_decide_once(db_url: str) -> None:
 
     def one() -> None:
         with psycopg.connect(db_url, autocommit=True) as c:
-            results.append(misfire.run_once(c, app.jobs["late"], NOW))
+            results.append(misfire.run_once(c, app.jobs["late"], NOW, startup_range(app, NOW)))
 
     threads = [threading.Thread(target=one) for _ in range(4)]
     for t in threads:

@@ -21,8 +21,9 @@ UPGRADE = [
     "functions/cron_slots_v1.sql",
     "functions/every_slots_v1.sql",
     "functions/schedule_slots_v1.sql",
-    "views/missing_slots.sql",
-    "functions/advance_watermarks_v1.sql",
+    # the view and the watermark advance as this revision shipped them (later revisions
+    # replace them from sql/views and sql/functions)
+    "revisions/0003_time.gapscan.sql",
 ]
 DOWNGRADE = ["revisions/0003_time.down.sql"]
 

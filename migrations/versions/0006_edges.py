@@ -14,8 +14,14 @@ down_revision = "0005_shares"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0006_edges.sql"]
-DOWNGRADE = ["revisions/0006_edges.down.sql"]
+# the gap scan and the watermark advance learn the recorded fan-outs (CREATE OR REPLACE)
+UPGRADE = [
+    "revisions/0006_edges.sql",
+    "views/missing_slots.sql",
+    "functions/advance_watermarks_v1.sql",
+]
+# the 0003 versions of the view and function come back, then the tables they no longer read go
+DOWNGRADE = ["revisions/0003_time.gapscan.sql", "revisions/0006_edges.down.sql"]
 
 
 def upgrade() -> None:

@@ -95,8 +95,11 @@ BEGIN
         FROM segments g
         CROSS JOIN LATERAL runner.schedule_slots_v1(
             g.schedule_kind, g.cron, g.every_interval, g.timezone, g.lo, g.hi) AS x(slot)
-        CROSS JOIN LATERAL unnest(CASE WHEN g.dynamic_partitions THEN ARRAY[NULL::text]
-                                       ELSE coalesce(g.partitions, ARRAY['']) END) AS p(key)
+        LEFT JOIN runner.slot_fanouts f ON g.dynamic_partitions AND f.job_name = g.job_name
+                                       AND f.schedule_slot = x.slot AND f.error IS NULL
+        CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
+                                       WHEN f.job_name IS NOT NULL THEN f.partitions
+                                       ELSE ARRAY[NULL::text] END) AS p(key)
         LEFT JOIN LATERAL (SELECT r.id FROM runner.job_runs r
                            WHERE r.job_name = g.job_name AND r.schedule_slot = x.slot
                              AND (p.key IS NULL OR r.partition_key = p.key)
@@ -114,9 +117,20 @@ BEGIN
                                     WHERE m.job_name = h.job_name AND m.slot = h.schedule_slot
                                       AND m.whole_slot = h.whole_slot
                                       AND m.partition_key = h.partition_key)
-                   ELSE EXISTS (SELECT 1 FROM runner.job_runs r
-                                WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
-                                  AND (h.whole_slot OR r.partition_key = h.partition_key))
+                   -- a whole-slot hole goes once every partition recorded for the slot
+                   -- (if any was recorded after it; else one run) has a run
+                   ELSE NOT EXISTS (
+                       SELECT 1
+                       FROM unnest(CASE WHEN NOT h.whole_slot THEN ARRAY[h.partition_key]
+                                        ELSE coalesce((SELECT f.partitions FROM runner.slot_fanouts f
+                                                       WHERE f.job_name = h.job_name
+                                                         AND f.schedule_slot = h.schedule_slot
+                                                         AND f.error IS NULL),
+                                                      ARRAY[NULL::text]) END) AS k(key)
+                       WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                                         WHERE r.job_name = h.job_name
+                                           AND r.schedule_slot = h.schedule_slot
+                                           AND (k.key IS NULL OR r.partition_key = k.key)))
               END
     ), recorded AS (
         INSERT INTO runner.gap_holes (job_name, schedule_slot, whole_slot, partition_key, recorded_at)

@@ -216,6 +216,9 @@ FROM clock c LEFT JOIN claimed k ON true
 -- owner gave the run back at shutdown: pending again at once, trigger recovery, and the
 -- attempt does not count against max_attempts). The attempt's own status defaults to the
 -- run outcome (timed_out and released are attempt statuses).
+-- "Landed" is decided per (run id, fence), never per run id: one batch may hold a stale
+-- outcome of an old attempt beside the current attempt's outcome of the same run, and only
+-- the current one may land; each marks only its own attempt row.
 -- Each run and attempt is reached by its key (id; run_id + fence). The status guards compare
 -- with input.live ('running') instead of a literal so that the planner cannot prefer the
 -- partial indexes of running rows, which keep an entry for every run finished since the last
@@ -247,20 +250,21 @@ WITH clock AS (
         updated_at = c.now
     FROM input i, clock c
     WHERE r.id = i.run_id AND r.fence = i.fence AND r.status = i.live
-    RETURNING r.id
+    RETURNING r.id, r.fence
 ), attempts AS (
     UPDATE runner.attempts a
-    SET status = CASE WHEN i.run_id IN (SELECT id FROM runs) THEN coalesce(i.attempt_status, i.status)
-                      ELSE 'stale' END,
+    SET status = CASE WHEN (i.run_id, i.fence) IN (SELECT id, fence FROM runs)
+                      THEN coalesce(i.attempt_status, i.status) ELSE 'stale' END,
         finished_at = c.now,
         error_class = i.error_class,
         error_message = i.error_message
     FROM input i, clock c
     WHERE a.run_id = i.run_id AND a.fence = i.fence
       -- an abandoned attempt whose owner comes back is marked stale: its write was refused
-      AND (a.status = i.live OR (a.status = 'abandoned' AND i.run_id NOT IN (SELECT id FROM runs)))
+      AND (a.status = i.live
+           OR (a.status = 'abandoned' AND (i.run_id, i.fence) NOT IN (SELECT id, fence FROM runs)))
 )
-SELECT i.run_id, i.run_id IN (SELECT id FROM runs) AS recorded
+SELECT i.run_id, i.fence, (i.run_id, i.fence) IN (SELECT id, fence FROM runs) AS recorded
 FROM input i
 
 -- name: unlock_runs
@@ -324,3 +328,22 @@ WHERE instance_id = %(instance)s
 -- name: stop_instance
 UPDATE runner.instances SET stopped_at = now(), heartbeat_at = now()
 WHERE instance_id = %(instance)s
+
+-- name: record_fanout
+-- The partitions a job expects at one slot (runner.slot_fanouts), recorded before any of its
+-- runs is claimed; the first recorded set wins. Returns the set in force: this one, or the
+-- one another runner recorded first (NULL when that one is not yet visible: read again).
+WITH ins AS (
+    INSERT INTO runner.slot_fanouts (job_name, schedule_slot, partitions, error)
+    VALUES (%(job_name)s, %(slot)s, %(partitions)s::text[], %(error)s)
+    ON CONFLICT (job_name, schedule_slot) DO NOTHING
+    RETURNING partitions, error
+)
+SELECT partitions, error FROM ins
+UNION ALL
+SELECT f.partitions, f.error FROM runner.slot_fanouts f
+WHERE f.job_name = %(job_name)s AND f.schedule_slot = %(slot)s AND NOT EXISTS (SELECT 1 FROM ins)
+
+-- name: fanout_of
+SELECT partitions, error FROM runner.slot_fanouts
+WHERE job_name = %(job_name)s AND schedule_slot = %(slot)s

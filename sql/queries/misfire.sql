@@ -3,26 +3,54 @@
 -- name: lock_job
 -- Misfire decisions for one job are made by one process at a time: this row lock, held for
 -- the decision's transaction, serialises them, and the next decider sees the rows written.
-SELECT job_name, track_from FROM runner.jobs WHERE job_name = %(job_name)s FOR UPDATE
+SELECT job_name, track_from, paused FROM runner.jobs WHERE job_name = %(job_name)s FOR UPDATE
 
--- name: latest_decided_slot
--- The newest slot at or before the cutoff that already has a run (any status), else just
--- before the job's tracked range starts. Late slots are those after it, up to the cutoff.
--- (greatest, not coalesce: a run older than the tracked range, e.g. a backfill of slots
--- before the job was registered, must not make every slot since then late.)
-SELECT greatest(
-    (SELECT r.schedule_slot FROM runner.job_runs r
-     WHERE r.job_name = %(job_name)s AND r.schedule_slot <= %(cutoff)s
-     ORDER BY r.schedule_slot DESC LIMIT 1),
-    (SELECT j.track_from - interval '1 microsecond' FROM runner.jobs j
-     WHERE j.job_name = %(job_name)s)) AS latest
+-- name: latest_complete_slot
+-- Where a runner's first range of late slots starts (runner/misfire.py): the newest slot at
+-- or before the cutoff whose runs cover every partition it expects (static partitions, the
+-- recorded fan-out of a dynamic job, or one run), looking back at most 50 slots that have
+-- runs; a partly claimed slot (a shutdown between claims) is then decided too. NULL: no
+-- complete slot among them (the range starts at the oldest of them) or no run at all.
+WITH recent AS (
+    SELECT r.schedule_slot, count(*) AS n
+    FROM runner.job_runs r
+    WHERE r.job_name = %(job_name)s AND r.schedule_slot <= %(cutoff)s
+      AND r.schedule_slot >= %(track_from)s
+    GROUP BY r.schedule_slot
+    ORDER BY r.schedule_slot DESC
+    LIMIT 50
+)
+SELECT (SELECT max(c.schedule_slot) FROM recent c
+        LEFT JOIN runner.slot_fanouts f
+               ON f.job_name = %(job_name)s AND f.schedule_slot = c.schedule_slot
+        WHERE c.n >= coalesce(cardinality(f.partitions), %(expected)s)) AS complete,
+       (SELECT min(schedule_slot) FROM recent) AS oldest,
+       (SELECT count(*) FROM recent) AS groups
 
--- name: coalesced_window_starts
--- Where the window of a coalescing run must start: the oldest window it covers, per partition.
-SELECT partition_key, min(window_start)
+-- name: pauses
+-- The job's pauses overlapping [first, last] (runner.job_pauses): slots in them are not late.
+SELECT paused_from, coalesce(paused_until, 'infinity'::timestamptz)
+FROM runner.job_pauses
+WHERE job_name = %(job_name)s AND paused_from <= %(last)s
+  AND coalesce(paused_until, 'infinity'::timestamptz) > %(first)s
+ORDER BY paused_from
+
+-- name: runs_at
+-- Which of the given slot x partitions of a job already have a run (any status).
+SELECT r.schedule_slot, r.partition_key
+FROM unnest(%(slots)s::timestamptz[], %(partition_keys)s::text[]) AS t(schedule_slot, partition_key)
+JOIN runner.job_runs r ON r.job_name = %(job_name)s AND r.schedule_slot = t.schedule_slot
+                      AND r.partition_key = t.partition_key
+
+-- name: coalesce_targets
+-- The runs at a range's newest slot that late slots may be coalesced into: a coalesced row
+-- may only point at a run that will cover its window (same partition, started no later
+-- than its window, and not itself skipped, coalesced or cancelled).
+SELECT partition_key, window_start
 FROM runner.job_runs
-WHERE job_name = %(job_name)s AND coalesced_into_slot = %(slot)s
-GROUP BY partition_key
+WHERE job_name = %(job_name)s AND schedule_slot = %(slot)s
+  AND partition_key = ANY(%(partition_keys)s::text[])
+  AND status NOT IN ('skipped', 'coalesced', 'cancelled')
 
 -- name: record_decisions
 -- Write misfire decisions as runs (pending ones tagged with the replay plan's group, when

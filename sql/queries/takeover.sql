@@ -39,9 +39,12 @@ FROM holders
 -- name: take_over_orphans
 -- Running runs whose lock nobody holds: lock each on this (the lock) session, then, in the
 -- same statement, re-check status and fence while taking over, so a completion that lands
--- meanwhile wins. The old attempt is closed as abandoned; a new attempt starts with a higher
--- fence and trigger recovery. Returns every run locked (taken or not), so the caller can
--- release the locks of runs it did not take.
+-- meanwhile wins. The old attempt is closed as abandoned. A run with attempts left (counted
+-- attempts -- attempt - uncounted_attempts -- below its job's max_attempts) starts a new
+-- attempt with a higher fence and trigger recovery; a run without goes dead: an owner that
+-- died max_attempts times (a handler that kills its process) ends the loop, it does not
+-- crash every runner that takes it over. Returns every run locked (taken or not), so the
+-- caller can release the locks of runs it did not take.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), orphan AS (
@@ -60,6 +63,12 @@ WITH clock AS (
 ), locked AS MATERIALIZED (
     SELECT id, fence FROM orphan
     WHERE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, id))
+), budget AS MATERIALIZED (
+    SELECT l.id, l.fence, (r.attempt - r.uncounted_attempts) < j.max_attempts AS attempts_left,
+           r.attempt - r.uncounted_attempts AS counted, j.max_attempts
+    FROM locked l
+    JOIN runner.job_runs r ON r.id = l.id
+    JOIN runner.jobs j ON j.job_name = r.job_name
 ), taken AS (
     UPDATE runner.job_runs r
     SET fence = r.fence + 1,
@@ -67,19 +76,32 @@ WITH clock AS (
         trigger = 'recovery',
         started_at = c.now,
         updated_at = c.now
-    FROM locked, clock c
-    WHERE r.id = locked.id AND r.fence = locked.fence AND r.status = 'running'
+    FROM budget b, clock c
+    WHERE r.id = b.id AND r.fence = b.fence AND r.status = 'running' AND b.attempts_left
     RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
               r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
               r.uncounted_attempts, r.started_at
+), exhausted AS (
+    UPDATE runner.job_runs r
+    SET status = 'dead',
+        fence = r.fence + 1,
+        finished_at = c.now,
+        next_attempt_at = NULL,
+        last_error = 'runner.OwnerLost: the owner''s lock session ended before it recorded an '
+                     'outcome, ' || b.counted || ' of max_attempts=' || b.max_attempts
+                     || ' attempts counted (a handler that ends its process?)',
+        updated_at = c.now
+    FROM budget b, clock c
+    WHERE r.id = b.id AND r.fence = b.fence AND r.status = 'running' AND NOT b.attempts_left
+    RETURNING r.id, r.fence
 ), abandoned AS (
     UPDATE runner.attempts a
     SET status = 'abandoned',
         finished_at = c.now,
         error_class = 'runner.OwnerLost',
         error_message = 'the owner''s lock session ended before it recorded an outcome'
-    FROM taken, clock c
-    WHERE a.run_id = taken.id AND a.fence < taken.fence AND a.status = 'running'
+    FROM (SELECT id, fence FROM taken UNION ALL SELECT id, fence FROM exhausted) AS t, clock c
+    WHERE a.run_id = t.id AND a.fence < t.fence AND a.status = 'running'
 ), attempt AS (
     INSERT INTO runner.attempts (
         run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
@@ -90,10 +112,12 @@ WITH clock AS (
 )
 SELECT c.now AS db_now, locked.id AS locked_id, t.id, t.job_name, t.schedule_slot,
        t.partition_key, t.business_date, t.window_start, t.window_end, t.trigger, t.attempt,
-       t.fence, t.idempotency_key, t.uncounted_attempts, t.id IS NOT NULL AS locked
+       t.fence, t.idempotency_key, t.uncounted_attempts, t.id IS NOT NULL AS locked,
+       x.id IS NOT NULL AS exhausted
 FROM clock c
 LEFT JOIN locked ON true
 LEFT JOIN taken t ON t.id = locked.id
+LEFT JOIN exhausted x ON x.id = locked.id
 
 -- name: relock_runs
 -- After the lock session was lost and re-established: lock again the runs this process

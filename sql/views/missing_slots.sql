@@ -12,8 +12,12 @@
 --   * an unpartitioned job expects partition '';
 --   * a job with static partitions (job_schedules.partitions) expects each of them;
 --   * a job with dynamic partitions (a callable: which keys it returns is known only to the
---     code) expects at least one run: a slot with no run at all shows ONCE with partition_key
---     NULL; a slot that was fanned out shows those of its runs that are not accounted for.
+--     code) expects the partitions recorded in runner.slot_fanouts when the slot was first
+--     fanned out (before any of its runs was claimed), each of them; a slot with no recorded
+--     fan-out (never fanned out, or fanned out by a runner older than revision 0006) expects
+--     at least one run: with no run at all it shows ONCE with partition_key NULL.
+-- A slot whose fan-out failed (a user callable raised, returned too many or unstorable keys;
+-- the error is in runner.slot_fanouts) shows with state fanout_failed and the error.
 --
 -- Accounted for. A slot x partition is accounted for by a run in status succeeded, skipped
 -- (with its reason), coalesced (pointing to the run that covered it) or cancelled (an
@@ -22,6 +26,7 @@
 -- one at a slot or partition its schedule no longer expects (a run left failed or dead across
 -- a schedule change still needs a decision). `state` says which:
 --   never_started      no run at all (e.g. missed while every runner was down)
+--   fanout_failed      no run, because computing the slot's partitions or window failed
 --   pending            queued (a rerun, a backfill, an approved slot, a released attempt)
 --   running            an attempt is running and heartbeating
 --   running_stale      running, but the attempt's heartbeat is older than the job's lease
@@ -106,31 +111,38 @@ WITH jobs AS MATERIALIZED (
     -- above the watermark: expected slots x partitions without any run (LATERAL ... LIMIT 1:
     -- one index probe per slot, never a hash anti-join that would read every run of the
     -- ledger because the slot estimates are large defaults)
-    SELECT g.job_name, x.slot, p.key AS partition_key, g.paused, g.job_zone
+    SELECT g.job_name, x.slot, p.key AS partition_key, g.paused, g.job_zone, f.error
     FROM segments g
     CROSS JOIN LATERAL runner.schedule_slots_v1(
         g.schedule_kind, g.cron, g.every_interval, g.timezone, g.lo, g.hi) AS x(slot)
-    CROSS JOIN LATERAL unnest(CASE WHEN g.dynamic_partitions THEN ARRAY[NULL::text]
-                                   ELSE coalesce(g.partitions, ARRAY['']) END) AS p(key)
+    LEFT JOIN runner.slot_fanouts f ON f.job_name = g.job_name AND f.schedule_slot = x.slot
+    CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
+                                   WHEN f.job_name IS NOT NULL AND f.error IS NULL THEN f.partitions
+                                   ELSE ARRAY[NULL::text] END) AS p(key)
     LEFT JOIN LATERAL (SELECT r.id FROM runner.job_runs r
                        WHERE r.job_name = g.job_name AND r.schedule_slot = x.slot
                          AND (p.key IS NULL OR r.partition_key = p.key)
                        LIMIT 1) AS run ON true
     WHERE g.lo < g.hi AND run.id IS NULL
     UNION ALL
-    -- at or below it: the holes the advance recorded that still have no run
-    SELECT h.job_name, h.schedule_slot,
-           CASE WHEN h.whole_slot THEN NULL ELSE h.partition_key END, j.paused, j.job_zone
+    -- at or below it: the holes the advance recorded that still have no run (a whole-slot
+    -- hole of a slot whose fan-out was recorded after the advance: each recorded partition)
+    SELECT h.job_name, h.schedule_slot, p.key, j.paused, j.job_zone, f.error
     FROM jobs j
     JOIN runner.gap_holes h ON h.job_name = j.job_name
+    LEFT JOIN runner.slot_fanouts f ON f.job_name = h.job_name AND f.schedule_slot = h.schedule_slot
+    CROSS JOIN LATERAL unnest(CASE WHEN NOT h.whole_slot THEN ARRAY[h.partition_key]
+                                   WHEN f.job_name IS NOT NULL AND f.error IS NULL THEN f.partitions
+                                   ELSE ARRAY[NULL::text] END) AS p(key)
     WHERE h.schedule_slot <= j.wm
       AND h.schedule_slot >= j.first_slot
       AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
                       WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
-                        AND (h.whole_slot OR r.partition_key = h.partition_key))
+                        AND (p.key IS NULL OR r.partition_key = p.key))
 )
-SELECT n.job_name, n.slot, timezone(n.job_zone, n.slot), n.partition_key, 'never_started',
-       NULL::bigint, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::text, NULL::text,
+SELECT n.job_name, n.slot, timezone(n.job_zone, n.slot), n.partition_key,
+       CASE WHEN n.error IS NULL THEN 'never_started' ELSE 'fanout_failed' END,
+       NULL::bigint, NULL::integer, NULL::timestamptz, NULL::timestamptz, n.error, NULL::text,
        as_of - n.slot, n.paused
 FROM never_started n
 UNION ALL
