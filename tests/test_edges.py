@@ -1,0 +1,259 @@
+"""Edges: each confirmed way the ledger could say a slot was done, or accounted for, when it
+was not (the "Edges" issue, its numbers in each test's docstring). Every test here failed on
+the code before the fix; each checks the ledger the way an operator would."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from runner import JobContext, Runner, ledger
+from runner.ledger import Outcome
+from runner.loop import LoopConfig, Worker
+from tests.support import RunnerProcess, eventually, rows, run_cli, running_worker, scalar
+
+ROOT = Path(__file__).resolve().parent.parent
+EDGES = "tests/apps/edges.py"
+
+COALESCED_INTO_NOTHING = """
+SELECT c.id FROM runner.job_runs c
+WHERE c.job_name = %s AND c.status = 'coalesced'
+  AND NOT EXISTS (SELECT 1 FROM runner.job_runs t
+                  WHERE t.job_name = c.job_name AND t.partition_key = c.partition_key
+                    AND t.schedule_slot = c.coalesced_into_slot
+                    AND t.status NOT IN ('skipped', 'coalesced', 'cancelled')
+                    AND t.window_start <= c.window_start)"""
+
+
+def test_coalesce_over_a_long_downtime_points_every_row_at_a_run(db_url: str, tmp_path: Path) -> None:
+    """#2: 20 minutes x 2 partitions late (2,400 rows, more than one batch of 1,000) while
+    the loop claims on-time slots: every late slot is decided, every coalesced row points at
+    a run that covers it, and nothing from the tracked range is left to the gap scan."""
+    proc = RunnerProcess(f"{EDGES}:coalesce_app", db_url, "--poll-interval", "0.2",
+                         log=tmp_path / "runner.log")
+    try:
+        def decided() -> bool:
+            pending = scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'pending'")
+            coalesced = scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'coalesced'")
+            return pending == 0 and coalesced >= 2 * 1190
+        eventually(decided, timeout=60, message="the downtime decided and its runs done")
+        now = scalar(db_url, "SELECT now() - interval '3 seconds'")
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert rows(db_url, COALESCED_INTO_NOTHING, ("wide-coalesce",)) == []
+    missing = rows(db_url, "SELECT schedule_slot, partition_key, state FROM runner.missing_slots_v1(%s)"
+                           " WHERE job_name = 'wide-coalesce'", (now,))
+    assert missing == []
+    # one coalescing run per partition, covering the whole downtime
+    mains = rows(db_url, "SELECT partition_key, status FROM runner.job_runs WHERE job_name = 'wide-coalesce'"
+                         " AND trigger = 'catch_up' AND status <> 'coalesced' ORDER BY 1")
+    assert mains == [("a", "succeeded"), ("b", "succeeded")]
+
+
+def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> None:
+    """#3: after its lock session was lost, this process took its own run over on the new
+    session (fence 2); the old attempt's outcome (fence 1) is refused and must not release
+    the lock that attempt 2 holds."""
+    app = Runner()
+    release = threading.Event()
+
+    @app.job("relocked", every="1h")
+    def handler(ctx: JobContext) -> None:
+        release.wait(30)
+
+    worker = Worker(app, db_url, LoopConfig(workers=2, poll_interval=0.05))
+    worker.start()
+    try:
+        conn = worker._conn()
+        slot = datetime(2026, 1, 1, tzinfo=UTC)
+        claim = ledger.SlotClaim("relocked", slot, "", slot.date(), slot - timedelta(hours=1), slot, "k")
+        _, (old,) = ledger.claim_slots(conn, worker.owner, [claim])
+        worker._start([old])
+        ledger.unlock_runs(conn, worker.owner.namespace, [old.id])  # as if the session had died
+        (new,), _, _ = ledger.take_over_orphans(conn, worker.owner, ["relocked"], 10)
+        worker._start([new])
+        assert new.fence == old.fence + 1
+        done = worker._record(None, [(old, Outcome(old.id, old.fence, "succeeded"))])  # refused: stale
+        if done is not None:
+            done.close()
+        held = scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                              " AND pid = %s", (conn.info.backend_pid,))
+        assert held == 1, "the stale outcome released attempt 2's lock"
+    finally:
+        release.set()
+        worker.stop()
+        worker.shutdown()
+
+
+def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path) -> None:
+    """#4: a supervisor restarts `runner start` each time the handler kills it: after
+    max_attempts=3 counted attempts the run is dead, not taken over for ever."""
+    run_cli("db", "upgrade", url=db_url)
+    for i in range(6):
+        if scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'"):
+            break
+        proc = RunnerProcess(f"{EDGES}:crash_app", db_url, "--poll-interval", "0.1",
+                             log=tmp_path / f"r{i}.log")
+        try:
+            eventually(lambda: proc.proc.poll() is not None  # noqa: B023
+                       or scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'"),
+                       timeout=30, message="the handler ended its process, or the run is dead")
+        finally:
+            proc.kill()
+    got = rows(db_url, "SELECT id, status, attempt, last_error LIKE 'runner.OwnerLost%%' FROM runner.job_runs"
+                       " WHERE status <> 'coalesced'")
+    assert len(got) == 1 and got[0][1:] == ("dead", 3, True), got
+    assert rows(db_url, "SELECT fence, status FROM runner.attempts WHERE run_id = %s ORDER BY fence",
+                (got[0][0],)) == [(1, "abandoned"), (2, "abandoned"), (3, "abandoned")]
+
+
+def test_a_partial_dynamic_fanout_shows_every_missing_partition(db_url: str) -> None:
+    """#5: a runner stops after claiming 1 of 30 partitions of a dynamic job: the gap scan
+    lists each of the 29 others (it used to see "at least one run" and list nothing)."""
+    app = Runner()
+    release = threading.Event()
+    keys = [f"tenant-{i:02d}" for i in range(30)]
+
+    @app.job("fan", every="1s", partitions=lambda slot: keys, misfire="skip", overlap="allow")
+    def handler(ctx: JobContext) -> None:
+        release.wait(30)
+
+    worker = Worker(app, db_url, LoopConfig(workers=1, max_inflight=1, poll_interval=0.05, grace=0.1))
+    worker.start()
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs") == 1)
+    finally:
+        worker.stop()
+        release.set()
+        thread.join(30)
+    fan_slot = scalar(db_url, "SELECT schedule_slot FROM runner.job_runs")
+    assert rows(db_url, "SELECT partitions FROM runner.slot_fanouts WHERE job_name = 'fan'"
+                        " AND schedule_slot = %s", (fan_slot,)) == [(keys,)]
+    listed = rows(db_url, "SELECT partition_key FROM runner.missing_slots_v1(now(), 'fan')"
+                          " WHERE schedule_slot = %s AND state = 'never_started' ORDER BY 1", (fan_slot,))
+    ran = scalar(db_url, "SELECT partition_key FROM runner.job_runs")
+    assert [r[0] for r in listed] == sorted(k for k in keys if k != ran)
+
+
+def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str) -> None:
+    """#6: one job's window callable raises for every slot: the other job keeps running, and
+    the failing slots are recorded and listed by the gap scan as fanout_failed."""
+    app = Runner()
+    seen: list[datetime] = []
+
+    def window(slot: datetime) -> tuple[datetime, datetime]:
+        raise RuntimeError("no window\nattempt_succeeded forged")
+
+    @app.job("bad-window", every="1s", window=window, misfire="skip")
+    def bad(ctx: JobContext) -> None:
+        pass
+
+    @app.job("healthy", every="1s")
+    def healthy(ctx: JobContext) -> None:
+        seen.append(ctx.slot)
+
+    with running_worker(app, db_url):
+        eventually(lambda: len(seen) >= 3, timeout=15, message="the healthy job kept running")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.slot_fanouts"
+                                          " WHERE job_name = 'bad-window' AND error IS NOT NULL") >= 2)
+    states = rows(db_url, "SELECT DISTINCT state, last_error LIKE 'RuntimeError: no window%%'"
+                          " FROM runner.missing_slots WHERE job_name = 'bad-window'")
+    assert states == [("fanout_failed", True)]
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'bad-window'") == 0
+
+
+def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str) -> None:
+    """#7: a 2.5 s handler, a slot every second, one worker: slots past grace go to the misfire
+    policy (skip, with the reason) instead of starting late as 'schedule'."""
+    app = Runner()
+
+    @app.job("overloaded", every="1s", grace="1s", misfire="skip", overlap="allow")
+    def handler(ctx: JobContext) -> None:
+        threading.Event().wait(2.5)  # the work: slower than the schedule
+
+    with running_worker(app, db_url, workers=1, max_inflight=1):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'skipped'") >= 3,
+                   timeout=20, message="late slots skipped")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2,
+                   timeout=20)
+    late = rows(db_url, "SELECT r.schedule_slot, a.started_at - r.schedule_slot FROM runner.job_runs r"
+                        " JOIN runner.attempts a ON a.run_id = r.id AND a.fence = 1"
+                        " WHERE r.trigger = 'schedule' AND a.started_at - r.schedule_slot > interval '1.5 seconds'")
+    assert late == []
+    reasons = rows(db_url, "SELECT DISTINCT left(status_reason, 14) FROM runner.job_runs WHERE status = 'skipped'")
+    assert reasons == [("misfire=skip: ",)]
+
+
+def test_heartbeats_continue_during_the_shutdown_grace(db_url: str, tmp_path: Path) -> None:
+    """#8: lease 1 s, a 4 s handler, SIGTERM while it runs, a peer watching: the stopping
+    runner keeps beating, so the peer never ends its session and never re-runs the work."""
+    run_cli("db", "upgrade", url=db_url)
+    a = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "1"},
+                      log=tmp_path / "a.log")
+    b = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "0"},
+                      log=tmp_path / "b.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status = 'running'"
+                                          " AND owner_pid = %s", (a.proc.pid,)), timeout=30,
+                   message="a slow attempt running on the first runner")
+        slow_run = scalar(db_url, "SELECT run_id FROM runner.attempts WHERE status = 'running'"
+                                  " AND owner_pid = %s", (a.proc.pid,))
+        assert a.terminate(timeout=60) == 0, a.output()
+    finally:
+        a.kill()
+        assert b.terminate() == 0, b.output()
+    assert rows(db_url, "SELECT status, attempt FROM runner.job_runs WHERE id = %s", (slow_run,)) == [
+        ("succeeded", 1)]
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status = 'abandoned'") == 0
+
+
+def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_path: Path) -> None:
+    """#9: pause a job, restart its runner while paused, resume: the slots that fell due while
+    it was paused are never turned into misfire decisions (skipped); the gap scan lists them."""
+    run_cli("db", "upgrade", url=db_url)
+    a = RunnerProcess(f"{EDGES}:skip_app", db_url, "--poll-interval", "0.1", log=tmp_path / "a.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2,
+                   timeout=20)
+        out = run_cli("pause", "pausable-skip", "--reason", "test", "--yes", url=db_url)
+        assert out.returncode == 0, out.stderr
+    finally:
+        assert a.terminate() == 0, a.output()
+    paused_at = scalar(db_url, "SELECT paused_from FROM runner.job_pauses")
+    eventually(lambda: scalar(db_url, "SELECT now() - %s > interval '3 seconds'", (paused_at,)), timeout=20)
+    b = RunnerProcess(f"{EDGES}:skip_app", db_url, "--poll-interval", "0.1", log=tmp_path / "b.log")
+    try:
+        eventually(lambda: "runner_started" in b.output(), timeout=20)
+        eventually(lambda: scalar(db_url, "SELECT now() - %s > interval '5 seconds'", (paused_at,)), timeout=20)
+        out = run_cli("resume", "pausable-skip", "--reason", "test", "--yes", url=db_url)
+        assert out.returncode == 0, out.stderr
+        resumed = scalar(db_url, "SELECT paused_until FROM runner.job_pauses")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"
+                                          " AND schedule_slot > %s", (resumed,)) >= 2, timeout=20)
+    finally:
+        assert b.terminate() == 0, b.output()
+    decided = rows(db_url, "SELECT schedule_slot, status FROM runner.job_runs WHERE schedule_slot > %s"
+                           " AND schedule_slot <= %s", (paused_at, resumed))
+    assert decided == []
+    listed = scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'pausable-skip'"
+                            " AND schedule_slot > %s AND schedule_slot <= %s", (paused_at, resumed))
+    assert listed >= 5
+
+
+def test_replayed_slots_run_back_to_back(db_url: str) -> None:
+    """#12: with a 5 s poll interval, 12 replayed slots of a quick handler finish long before
+    12 poll intervals: the next catch-up run starts as soon as the previous one ends."""
+    app = Runner()
+
+    @app.job("replay-fast", every="1s", misfire="replay", max_catch_up=12, grace="1s",
+             track_from=datetime.now(UTC) - timedelta(seconds=30))
+    def handler(ctx: JobContext) -> None:
+        pass
+
+    with running_worker(app, db_url, poll_interval=5.0):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE trigger = 'catch_up'"
+                                          " AND status = 'succeeded'") == 12, timeout=25,
+                   message="12 replays done well within 12 poll intervals (60 s)")
