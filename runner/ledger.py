@@ -163,9 +163,16 @@ def _utc(value: Any) -> Any:
 
 
 def claimed_rows(rows: list[tuple[Any, ...]]) -> tuple[datetime, list[ClaimedRun]]:
+    """The runs whose new attempt runner.start_attempts_v1 started (rows: db_now, the run's
+    columns, locked, outcome); runs it sent dead instead are left out (see ``dead_rows``)."""
     now: datetime = _utc(rows[0][0])
-    runs = [ClaimedRun(*map(_utc, row[1:])) for row in rows if row[1] is not None]
+    runs = [ClaimedRun(*map(_utc, row[1:14])) for row in rows if row[1] is not None and row[14] == "started"]
     return now, runs
+
+
+def dead_rows(rows: list[tuple[Any, ...]]) -> list[int]:
+    """The runs runner.start_attempts_v1 sent dead (out of attempts) instead of starting."""
+    return [row[1] for row in rows if row[1] is not None and row[14] == "dead"]
 
 
 def claim_slots(
@@ -294,13 +301,12 @@ def live_instances(conn: psycopg.Connection[Any], namespace: int,
     return [(r[0], list(r[1])) for r in rows]
 
 
-def unsettled_slots(conn: psycopg.Connection[Any], groups: Sequence[tuple[str, datetime, int]]) -> set[int]:
-    """Of (job, slot, partitions expected) groups, the indexes (0-based) of those with fewer
-    runs than partitions."""
-    if not groups:
+def unclaimed_rows(conn: psycopg.Connection[Any], claims: Sequence[SlotClaim]) -> set[int]:
+    """Of the given claims, the indexes (0-based) of those whose slot x partition has no run."""
+    if not claims:
         return set()
-    doc = json.dumps([[job, slot.isoformat(), expected] for job, slot, expected in groups])
-    return {row[0] - 1 for row in conn.execute(Q["unsettled_slots"], {"groups": doc}).fetchall()}
+    doc = json.dumps([[c.job_name, c.slot.isoformat(), c.partition_key] for c in claims])
+    return {row[0] - 1 for row in conn.execute(Q["unclaimed_rows"], {"rows": doc}).fetchall()}
 
 
 def heartbeat_instance(conn: psycopg.Connection[Any], owner: Owner) -> None:
@@ -329,16 +335,13 @@ def end_hung_owners(conn: psycopg.Connection[Any], job_names: Sequence[str], def
 def take_over_orphans(
     conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
     now: datetime | None = None,
-) -> tuple[list[ClaimedRun], list[int], list[int]]:
-    """Take over running runs whose lock nobody holds. Returns the runs taken, the ids
-    locked but not taken (their locks must be released by the caller), and of those the
-    ones that went dead because they were out of attempts."""
+) -> tuple[list[ClaimedRun], list[int]]:
+    """Take over running runs whose lock nobody holds. Returns the runs taken (locked on
+    this session), and the ids of those that went dead instead because they were out of
+    attempts (also locked on this session: the caller releases them)."""
     rows = conn.execute(TQ["take_over_orphans"], {
         **owner.params(), "job_names": list(job_names), "limit": limit, "now": now}).fetchall()
-    taken = [ClaimedRun(*map(_utc, row[2:15])) for row in rows if row[2] is not None]
-    spare = [row[1] for row in rows if row[1] is not None and row[2] is None]
-    dead = [row[1] for row in rows if row[15]]
-    return taken, spare, dead
+    return claimed_rows(rows)[1], dead_rows(rows)
 
 
 def dict_rows(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -168,7 +168,6 @@ class Deferred:
     release: float
     job_name: str
     slot: datetime
-    expected: int  # partitions of the slot, all shares together
     claims: list[SlotClaim]
 
 
@@ -342,7 +341,7 @@ class Worker:
             return
         self._next_beat = mono + self._beat_every
         with self._active_lock:
-            ids = list(self._active)
+            ids = list(self._held)
         try:
             ledger.heartbeat_attempts(self._conn(), self.owner, ids)
             ledger.heartbeat_instance(self._conn(), self.owner)
@@ -406,8 +405,8 @@ class Worker:
             self._start(started)
         if mono >= self._next_beat:
             self._next_beat = mono + self._beat_every
-            with self._active_lock:
-                ids = list(self._active)
+            with self._active_lock:  # running, and returned but not yet recorded
+                ids = list(self._held)
             ledger.heartbeat_attempts(self._conn(), self.owner, ids)
         if mono >= self._next_instance_beat:
             self._next_instance_beat = mono + self.config.instance_heartbeat
@@ -528,23 +527,26 @@ class Worker:
                 others.append(c)
         if others:
             self._deferred.append(Deferred(time.monotonic() + self.config.steal_after, job.name, slot,
-                                           len(claims), others))
+                                           others))
 
     def _release_deferred(self) -> None:
-        """Others' shares whose time is up: drop those of slots where every partition has a
-        run; claim the rest, last rows first (the other runner works from the first)."""
+        """Others' shares whose time is up: drop the rows that have a run; claim the rest,
+        last rows first (the other runner works from the first)."""
         mono = time.monotonic()
         due: list[Deferred] = []
         while self._deferred and self._deferred[0].release <= mono:
             due.append(self._deferred.popleft())
+        rows = [c for d in due for c in d.claims]
         try:
-            unsettled = ledger.unsettled_slots(self._conn(), [(d.job_name, d.slot, d.expected) for d in due])
+            unclaimed = ledger.unclaimed_rows(self._conn(), rows)
         except BaseException:
             self._deferred.extendleft(reversed(due))  # nothing is lost: look again on the next pass
             raise
-        for i in sorted(unsettled):
-            self._pending.extend(reversed(due[i].claims))
-            self.stats["stolen"] += len(due[i].claims)
+        # by key, not by count: runners that computed different partition lists (a rolling
+        # deploy, a time-varying callable) must not take each other's runs for theirs
+        stolen = [rows[i] for i in sorted(unclaimed)]
+        self._pending.extend(reversed(stolen))
+        self.stats["stolen"] += len(stolen)
 
     def _refresh_shares(self) -> None:
         """Which share of each job's slots is this runner's: from the live runners serving it."""

@@ -143,10 +143,15 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
         if row[2]:  # paused: nothing is late while a job is paused (the gap scan shows it)
             result.paused = result.more = True
             return result
+        # slots before the current schedule's valid_from are judged by the schedule then in
+        # force (the gap scan lists them); this code's schedule decides only from there on
+        since = max(row[1], row[3] or row[1])
         if late.first is None:
-            late.first = start_of_downtime(conn, job, late.last, row[1])
-            if late.first is None:
-                return result
+            late.first = start_of_downtime(conn, job, late.last, since)
+        elif late.first < since:
+            late.first = sched.next_after(since - EPSILON)
+        if late.first is None or late.first > late.last:
+            return result
         pauses = conn.execute(Q["pauses"], {"job_name": job.name, "first": late.first,
                                             "last": late.last}).fetchall()
         replayed = _replay_set(job, late, now) if job.misfire == "replay" else set()

@@ -56,9 +56,9 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
                       h.heartbeat_at.isoformat())
     taken: list[ClaimedRun] = []
     if limit > 0:
-        taken, spare, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
-        if spare:
-            ledger.unlock_runs(conn, owner.namespace, spare)
+        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
+        if dead:
+            ledger.unlock_runs(conn, owner.namespace, dead)
         for run_id in dead:
             event(log, "run_dead", logging.ERROR, run_id=run_id,
                   reason="its owner died with no attempts left (max_attempts)")

@@ -64,8 +64,8 @@ def test_kill_9_owner_is_taken_over_at_once(fault_db: str, tmp_path: Path) -> No
                           " WHERE run_id = %s ORDER BY attempt", (run_id,)) == [
         (1, "abandoned", "catch_up", "runner.OwnerLost"), (2, "succeeded", "recovery", None)]
     assert rows(fault_db, "SELECT attempt FROM sink WHERE run_id = %s", (run_id,)) == [(2,)]
-    # max_attempts=1, yet the recovery ran: it was the first attempt's owner that died; a
-    # recovery counts, so a crash loop ends dead rather than forever
+    # the recovery is the run's second counted attempt (max_attempts=2): a crash loop ends
+    # dead rather than forever (tests/test_edges.py)
     assert scalar(fault_db, "SELECT fence FROM runner.job_runs WHERE id = %s", (run_id,)) == 2
 
 
@@ -136,7 +136,7 @@ def test_shutdown_hands_running_runs_over(fault_db: str, tmp_path: Path) -> None
     got = rows(fault_db, "SELECT attempt, status, trigger FROM runner.attempts WHERE run_id = %s"
                          " ORDER BY attempt", (run_id,))
     assert got == [(1, "released", "catch_up"), (2, "succeeded", "recovery")]
-    # max_attempts is 1: the released attempt did not count against it
+    # the released attempt did not count against max_attempts
     assert rows(fault_db, "SELECT uncounted_attempts, attempt FROM runner.job_runs WHERE id = %s",
                 (run_id,)) == [(1, 2)]
 

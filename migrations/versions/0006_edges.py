@@ -19,6 +19,8 @@ UPGRADE = [
     "revisions/0006_edges.sql",
     "views/missing_slots.sql",
     "functions/advance_watermarks_v1.sql",
+    # the one way to start an attempt (claim_due_runs, claim_plan_runs, take_over_orphans)
+    "functions/start_attempts_v1.sql",
 ]
 # the 0003 versions of the view and function come back, then the tables they no longer read go
 DOWNGRADE = ["revisions/0003_time.gapscan.sql", "revisions/0006_edges.down.sql"]

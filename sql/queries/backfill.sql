@@ -214,55 +214,37 @@ RETURNING id, status, finished_at, verify_status
 
 -- name: claim_plan_runs
 -- The lane's claim for one plan: its queued runs (pending, or failed and due for a retry),
--- oldest slot first, become running with a new attempt and a higher fence, locked on this
--- session like every claim (runner.lock_key_v1). The plan's token bucket pays for them.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), due AS (
-    SELECT r.id
-    FROM runner.job_runs r CROSS JOIN clock c
+-- oldest slot first, start their next attempt through runner.start_attempts_v1 (the one way
+-- to start an attempt), locked on this session like every claim. The plan's token bucket
+-- pays for the attempts started.
+WITH due AS MATERIALIZED (
+    SELECT r.id, r.fence
+    FROM runner.job_runs r
     WHERE r.replay_group_id = %(replay_group_id)s
       AND r.status IN ('pending', 'failed')
-      AND coalesce(r.next_attempt_at, c.now) <= c.now
+      AND coalesce(r.next_attempt_at, coalesce(%(now)s::timestamptz, now()))
+          <= coalesce(%(now)s::timestamptz, now())
     ORDER BY r.schedule_slot, r.partition_key
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
-), claimed AS (
-    UPDATE runner.job_runs r
-    SET status = 'running',
-        trigger = CASE WHEN r.status = 'failed' THEN 'retry' ELSE r.trigger END,
-        attempt = r.attempt + 1,
-        fence = r.fence + 1,
-        started_at = c.now,
-        next_attempt_at = NULL,
-        updated_at = c.now
-    FROM due, clock c
-    WHERE r.id = due.id
-    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
-              r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.uncounted_attempts, r.started_at
-), attempt AS (
-    INSERT INTO runner.attempts (
-        run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
-        owner_backend_pid, started_at, heartbeat_at)
-    SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
-           runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
-    FROM claimed
+), claimed AS MATERIALIZED (
+    SELECT * FROM runner.start_attempts_v1(
+        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due),
+        (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM due),
+        false, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz)
 ), bucket AS (
     UPDATE runner.backfills b
     SET tokens = CASE WHEN %(tokens)s::float8 IS NULL THEN b.tokens
-                      ELSE %(tokens)s::float8 - (SELECT count(*) FROM claimed) END,
-        tokens_at = c.now,
-        updated_at = c.now
-    FROM clock c
+                      ELSE %(tokens)s::float8 - (SELECT count(*) FROM claimed WHERE outcome = 'started') END,
+        tokens_at = coalesce(%(now)s::timestamptz, now()),
+        updated_at = coalesce(%(now)s::timestamptz, now())
     WHERE b.id = %(plan_id)s
 )
-SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
-       k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
-       k.uncounted_attempts,
-       CASE WHEN k.id IS NULL THEN NULL
-            ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
-FROM clock c LEFT JOIN claimed k ON true
+SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,
+       k.partition_key, k.business_date, k.window_start, k.window_end, k.trigger, k.attempt,
+       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome
+FROM (SELECT 1) AS one
+LEFT JOIN claimed k ON true
 
 -- name: group_partitions
 SELECT DISTINCT partition_key FROM runner.job_runs

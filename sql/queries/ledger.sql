@@ -153,14 +153,14 @@ LEFT JOIN won k ON true
 
 -- name: claim_due_runs
 -- Runs waiting for their next attempt (failed, due for a retry) or queued (pending: reruns,
--- backfills, approvals) become running with a new attempt and a higher fence.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), due AS (
-    SELECT r.id
-    FROM runner.job_runs r CROSS JOIN clock c
+-- backfills, approvals, released runs, catch-up runs) start it through
+-- runner.start_attempts_v1 (the one way to start an attempt: max_attempts applies; a run out
+-- of attempts goes dead instead).
+WITH due AS MATERIALIZED (
+    SELECT r.id, r.fence
+    FROM runner.job_runs r
     WHERE r.status IN ('failed', 'pending')
-      AND r.next_attempt_at <= c.now
+      AND r.next_attempt_at <= coalesce(%(now)s::timestamptz, now())
       AND r.job_name = ANY(%(job_names)s::text[])
       AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name AND j.paused)
       -- runs of an unfinished backfill plan are the backfill lane's (runner/backfill.py), except
@@ -179,34 +179,15 @@ WITH clock AS (
     ORDER BY r.next_attempt_at, r.schedule_slot, r.id
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
-), claimed AS (
-    UPDATE runner.job_runs r
-    SET status = 'running',
-        trigger = CASE WHEN r.status = 'failed' THEN 'retry' ELSE r.trigger END,
-        attempt = r.attempt + 1,
-        fence = r.fence + 1,
-        started_at = c.now,
-        next_attempt_at = NULL,
-        updated_at = c.now
-    FROM due, clock c
-    WHERE r.id = due.id
-    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
-              r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.uncounted_attempts, r.started_at
-), attempt AS (
-    INSERT INTO runner.attempts (
-        run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
-        owner_backend_pid, started_at, heartbeat_at)
-    SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
-           runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
-    FROM claimed
 )
-SELECT c.now AS db_now, k.id, k.job_name, k.schedule_slot, k.partition_key, k.business_date,
-       k.window_start, k.window_end, k.trigger, k.attempt, k.fence, k.idempotency_key,
-       k.uncounted_attempts,
-       CASE WHEN k.id IS NULL THEN NULL
-            ELSE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, k.id)) END AS locked
-FROM clock c LEFT JOIN claimed k ON true
+SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,
+       k.partition_key, k.business_date, k.window_start, k.window_end, k.trigger, k.attempt,
+       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome
+FROM (SELECT 1) AS one
+LEFT JOIN runner.start_attempts_v1(
+    (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due),
+    (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM due),
+    false, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz) AS k ON true
 
 -- name: finish_attempts
 -- The one place that writes attempt outcomes, for a batch of attempts. A run changes only
@@ -310,15 +291,17 @@ WHERE i.stopped_at IS NULL AND i.lock_namespace = %(namespace)s
        OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid))
 ORDER BY i.instance_id
 
--- name: unsettled_slots
--- Of the given job x slot groups ([[job, slot, partitions expected], ...] as JSON), the
--- positions (1-based) of those with fewer runs than partitions: the others' shares of them
--- may still need a claim.
+-- name: unclaimed_rows
+-- Of the given slot x partition rows ([[job, slot, partition], ...] as JSON), the positions
+-- (1-based) of those with no run yet: the others' shares of a slot still to claim. Checked
+-- by key (one probe of the business key each), never by counting a slot's runs: runners
+-- with different partition lists (a rolling deploy) would otherwise see a slot as settled
+-- while one of their partitions has no run.
 SELECT g.n
-FROM json_array_elements(%(groups)s::json) WITH ORDINALITY AS g(e, n)
-WHERE (SELECT count(*) FROM runner.job_runs r
-       WHERE r.job_name = g.e ->> 0 AND r.schedule_slot = (g.e ->> 1)::timestamptz)
-      < (g.e ->> 2)::bigint
+FROM json_array_elements(%(rows)s::json) WITH ORDINALITY AS g(e, n)
+WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                  WHERE r.job_name = g.e ->> 0 AND r.schedule_slot = (g.e ->> 1)::timestamptz
+                    AND r.partition_key = g.e ->> 2)
 
 -- name: heartbeat_instance
 -- (on the lock session: after a reconnect, backend_pid names the new one)

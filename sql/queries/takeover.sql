@@ -37,17 +37,14 @@ SELECT holder, run_id, heartbeat_at, runner.try_terminate_v1(holder) AS terminat
 FROM holders
 
 -- name: take_over_orphans
--- Running runs whose lock nobody holds: lock each on this (the lock) session, then, in the
--- same statement, re-check status and fence while taking over, so a completion that lands
--- meanwhile wins. The old attempt is closed as abandoned. A run with attempts left (counted
--- attempts -- attempt - uncounted_attempts -- below its job's max_attempts) starts a new
--- attempt with a higher fence and trigger recovery; a run without goes dead: an owner that
--- died max_attempts times (a handler that kills its process) ends the loop, it does not
--- crash every runner that takes it over. Returns every run locked (taken or not), so the
--- caller can release the locks of runs it did not take.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), orphan AS (
+-- Running runs whose lock nobody holds start a recovery attempt through
+-- runner.start_attempts_v1 (the one way to start an attempt), which takes each run's lock on
+-- this (the lock) session and re-checks status and fence under the run's row lock, so a
+-- completion that lands meanwhile wins. The old attempt is closed as abandoned. A recovery
+-- counts against max_attempts like any other attempt: a run whose owner died that many
+-- times (a handler that kills its process) goes dead, and its lock must be released by the
+-- caller (outcome 'dead').
+WITH orphan AS MATERIALIZED (
     SELECT r.id, r.fence
     FROM runner.job_runs r
     WHERE r.status = 'running'
@@ -60,64 +57,15 @@ WITH clock AS (
             AND l.objid = (runner.lock_key_v1(%(namespace)s, r.id) & 4294967295)::oid)
     ORDER BY r.id
     LIMIT %(limit)s
-), locked AS MATERIALIZED (
-    SELECT id, fence FROM orphan
-    WHERE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, id))
-), budget AS MATERIALIZED (
-    SELECT l.id, l.fence, (r.attempt - r.uncounted_attempts) < j.max_attempts AS attempts_left,
-           r.attempt - r.uncounted_attempts AS counted, j.max_attempts
-    FROM locked l
-    JOIN runner.job_runs r ON r.id = l.id
-    JOIN runner.jobs j ON j.job_name = r.job_name
-), taken AS (
-    UPDATE runner.job_runs r
-    SET fence = r.fence + 1,
-        attempt = r.attempt + 1,
-        trigger = 'recovery',
-        started_at = c.now,
-        updated_at = c.now
-    FROM budget b, clock c
-    WHERE r.id = b.id AND r.fence = b.fence AND r.status = 'running' AND b.attempts_left
-    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
-              r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.uncounted_attempts, r.started_at
-), exhausted AS (
-    UPDATE runner.job_runs r
-    SET status = 'dead',
-        fence = r.fence + 1,
-        finished_at = c.now,
-        next_attempt_at = NULL,
-        last_error = 'runner.OwnerLost: the owner''s lock session ended before it recorded an '
-                     'outcome, ' || b.counted || ' of max_attempts=' || b.max_attempts
-                     || ' attempts counted (a handler that ends its process?)',
-        updated_at = c.now
-    FROM budget b, clock c
-    WHERE r.id = b.id AND r.fence = b.fence AND r.status = 'running' AND NOT b.attempts_left
-    RETURNING r.id, r.fence
-), abandoned AS (
-    UPDATE runner.attempts a
-    SET status = 'abandoned',
-        finished_at = c.now,
-        error_class = 'runner.OwnerLost',
-        error_message = 'the owner''s lock session ended before it recorded an outcome'
-    FROM (SELECT id, fence FROM taken UNION ALL SELECT id, fence FROM exhausted) AS t, clock c
-    WHERE a.run_id = t.id AND a.fence < t.fence AND a.status = 'running'
-), attempt AS (
-    INSERT INTO runner.attempts (
-        run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
-        owner_backend_pid, started_at, heartbeat_at)
-    SELECT id, attempt, fence, trigger, %(host)s, %(pid)s, %(instance)s,
-           runner.lock_key_v1(%(namespace)s, id), pg_backend_pid(), started_at, started_at
-    FROM taken
 )
-SELECT c.now AS db_now, locked.id AS locked_id, t.id, t.job_name, t.schedule_slot,
-       t.partition_key, t.business_date, t.window_start, t.window_end, t.trigger, t.attempt,
-       t.fence, t.idempotency_key, t.uncounted_attempts, t.id IS NOT NULL AS locked,
-       x.id IS NOT NULL AS exhausted
-FROM clock c
-LEFT JOIN locked ON true
-LEFT JOIN taken t ON t.id = locked.id
-LEFT JOIN exhausted x ON x.id = locked.id
+SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,
+       k.partition_key, k.business_date, k.window_start, k.window_end, k.trigger, k.attempt,
+       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome
+FROM (SELECT 1) AS one
+LEFT JOIN runner.start_attempts_v1(
+    (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM orphan),
+    (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM orphan),
+    true, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz) AS k ON true
 
 -- name: relock_runs
 -- After the lock session was lost and re-established: lock again the runs this process

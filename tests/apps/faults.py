@@ -34,7 +34,9 @@ def block_until_released(ctx: JobContext) -> None:
         time.sleep(0.05)  # the handler's own work: waiting for the test to let it go
 
 
-@app.job("slow", every="1h", lease="2s", max_attempts=1, track_from=HOUR_AGO)
+# max_attempts=2: a recovery after the owner died counts as an attempt (with 1, a run whose
+# owner dies is dead: at most one attempt)
+@app.job("slow", every="1h", lease="2s", max_attempts=2, track_from=HOUR_AGO)
 def slow(ctx: JobContext) -> None:
     mark(ctx, "started")
     if ctx.attempt == 1:
