@@ -14,7 +14,11 @@ down_revision = "0005_shares"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0006_edges.sql"]
+UPGRADE = [
+    "revisions/0006_edges.sql",
+    # re-applied (CREATE OR REPLACE): cron_spec_v1 refuses day-of-week '7/n' as Python does
+    "functions/cron_slots_v1.sql",
+]
 DOWNGRADE = ["revisions/0006_edges.down.sql"]
 
 
