@@ -32,3 +32,10 @@ class UnresolvedEffect(Permanent):
 class AttemptTimedOut(Exception):
     """The attempt ran longer than its job's ``timeout``. Raised by ``ctx.heartbeat()`` once
     the runner has given up on the attempt; the handler should stop."""
+
+
+class HandlerReturnedAwaitable(Permanent):
+    """The handler returned work that has not happened yet: a coroutine (it was never
+    awaited), another awaitable, a generator or an async generator (their bodies never ran).
+    The attempt fails and, since retrying the same handler cannot help, the run goes to
+    ``dead``; the coroutine or generator is closed so it can never run half-way later."""
