@@ -9,11 +9,19 @@ __version__ = "0.1.0"
 
 from runner.app import Backoff, Runner
 from runner.attempt import JobContext
-from runner.errors import JobDefinitionError, LostOwnership, Permanent
+from runner.errors import (
+    AttemptTimedOut,
+    HandlerReturnedAwaitable,
+    JobDefinitionError,
+    LostOwnership,
+    Permanent,
+    UnresolvedEffect,
+)
 
 __all__ = [
     "AttemptTimedOut",
     "Backoff",
+    "HandlerReturnedAwaitable",
     "JobContext",
     "JobDefinitionError",
     "LostOwnership",

@@ -5,6 +5,8 @@ when a runner starts.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -234,6 +236,8 @@ class Runner:
         def register(handler: Handler) -> Handler:
             if not callable(handler):
                 raise JobDefinitionError(job.name, "handler", "the handler must be callable")
+            _refuse_generator_handler(job.name, handler)
+            _refuse_async_handler(job.name, handler)
             if job.name in self._jobs:
                 raise JobDefinitionError(job.name, "name", "a job with this name is already registered")
             self._jobs[job.name] = JobDef(**{**job.__dict__, "handler": handler})
@@ -332,6 +336,38 @@ class Runner:
             paused=bool(kw["paused"]),
             track_from=track_from,
         )
+
+
+def _called_function(handler: object) -> object:
+    """What runs when ``handler`` is called: through functools.partial, and an object's
+    ``__call__`` (inspect already sees through bound methods)."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if not inspect.isroutine(handler) and not inspect.isclass(handler):
+        return inspect.getattr_static(type(handler), "__call__", handler)
+    return handler
+
+
+def _refuse_async_handler(job: str, handler: object) -> None:
+    """For now, refuse a coroutine function (``async def``, a partial of one, an object whose
+    ``__call__`` is one): handlers are called synchronously, so it would hand back a coroutine
+    instead of doing its work. Remove this check when async handlers are supported (SPEC:
+    contract additions); a coroutine returned at run time fails the attempt anyway
+    (runner/attempt.py)."""
+    if inspect.iscoroutinefunction(_called_function(handler)):
+        raise JobDefinitionError(
+            job, "handler", "async def handlers are not supported yet; register a plain def that "
+            "does its work before it returns")
+
+
+def _refuse_generator_handler(job: str, handler: object) -> None:
+    """Refuse a generator function (``def`` or ``async def`` with ``yield``): calling it runs
+    none of its body."""
+    target = _called_function(handler)
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        raise JobDefinitionError(
+            job, "handler", "a generator function (it yields) runs none of its body when called; "
+            "register a function that does its work before it returns")
 
 
 def _interval_of(job: str, field_name: str, value: object) -> timedelta:

@@ -7,10 +7,16 @@ its outcome recorded inside that same transaction, fence-checked: the handler's 
 the run's success commit together, or not at all. If the fence check refuses the outcome
 (another attempt owns the run now), the transaction rolls back and the attempt is closed as
 ``stale``.
+
+A handler's return value is ignored, except one that stands for work not done yet: a
+coroutine (a sync wrapper around an ``async def``), another awaitable, a generator or an async
+generator. That attempt fails with ``HandlerReturnedAwaitable``, a ``Permanent`` error (the
+run goes to ``dead``: retrying the same handler cannot help), and ``ctx.db`` rolls back.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -23,7 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from runner import ledger
 from runner.app import JobDef
-from runner.errors import AttemptTimedOut, LostOwnership
+from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership
 from runner.ledger import ClaimedRun, Outcome
 
 log = logging.getLogger("runner.attempt")
@@ -204,6 +210,34 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: JobContext | 
     )
 
 
+def unfinished_work(result: object) -> HandlerReturnedAwaitable | None:
+    """The failure for a handler's return value that stands for work not done yet (a
+    coroutine, another awaitable, a generator, an async generator), or None for any other
+    value. A coroutine or generator is closed first: it can never run half-way later, and
+    Python does not warn that a coroutine was never awaited."""
+    never_ran = "the work did not run: "
+    if inspect.iscoroutine(result):
+        kind = "a coroutine"
+        why = never_ran + "it was never awaited (async def handlers are not supported yet)"
+    elif inspect.isasyncgen(result):
+        kind, why = "an async generator", never_ran + "the runner does not iterate it"
+    elif inspect.isgenerator(result):
+        kind, why = "a generator", never_ran + "the runner does not iterate it"
+    elif inspect.isawaitable(result):
+        kind = f"an awaitable ({type(result).__qualname__})"
+        why = "the runner does not await it, so the work is not known to be done"
+    else:
+        return None
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        try:
+            result.close()
+        except Exception as exc:  # running elsewhere, or it refused to close: still a failure
+            log.debug("closing a returned %s failed: %s", kind, exc)
+    return HandlerReturnedAwaitable(
+        f"the handler returned {kind}; {why}. A handler must finish its work before it returns"
+    )
+
+
 def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
             ctx: JobContext | None = None) -> Outcome | None:
     """Run the handler for one claimed run. Returns the outcome for the caller to record in
@@ -221,6 +255,11 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
         return failure(run, job, exc, ctx)
     crash_point("after_handler")
     if result is not None:
+        unfinished = unfinished_work(result)
+        if unfinished is not None:
+            ctx._release(commit=False)
+            log.warning("run %s: %s", run.id, unfinished)
+            return failure(run, job, unfinished, ctx)
         log.debug("run %s: handler returned %r (ignored)", run.id, type(result).__name__)
     success = Outcome(
         run_id=run.id, fence=run.fence, status="succeeded", processed=ctx.processed, failed=ctx.failed

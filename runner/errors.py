@@ -38,3 +38,10 @@ class LockUnavailable(Exception):
     """The run's advisory lock key is held by a session that is not this attempt's runner
     (an application sharing the lock namespace, or a squatter). The attempt fails and counts
     against ``max_attempts``, so such a run ends ``dead`` rather than retrying forever."""
+
+
+class HandlerReturnedAwaitable(Permanent):
+    """The handler returned work that has not happened yet: a coroutine (it was never
+    awaited), another awaitable, a generator or an async generator (their bodies never ran).
+    The attempt fails and, since retrying the same handler cannot help, the run goes to
+    ``dead``; the coroutine or generator is closed so it can never run half-way later."""

@@ -47,6 +47,19 @@ Business window and date
     The default window of a slot is ``[previous slot, slot)``; ``business_date`` is the local
     date, in the job's zone, of the window start (so a skipped local day has no business date).
 
+Zones
+    ``timezone=`` takes an IANA name that zoneinfo can load. The gap scan and the watermark
+    advance compute the same slots in SQL with PostgreSQL's ``timezone(zone, t)``, so a name
+    the two read differently is refused: ``CET``, ``EET``, ``MET``, ``WET``, ``EST``, ``MST``
+    and ``HST``, which PostgreSQL takes for fixed-offset abbreviations (it looks a name up
+    among its abbreviations before its zone files: ``CET`` stays +01:00 all summer), and zones
+    whose file counts leap seconds (``right/...``), which PostgreSQL applies (27 s off since
+    2017) and zoneinfo ignores. ``UTC``, ``GMT``, ``UCT`` and ``Zulu`` are abbreviations too,
+    but of offset 0, which both sides agree on. tests/test_zones.py compares every name Python
+    can load with PostgreSQL. Not checked here: both sides must read the same tz database
+    version, and a database whose ``timezone_abbreviations`` is not ``Default`` must not add
+    an abbreviation spelled like an accepted zone name.
+
 How it is computed
     Cron matching walks naive local minutes with a small matcher of its own; the local->UTC
     mapping is done here from the zone's UTC-offset changes, found by probing ``zoneinfo``
@@ -60,14 +73,17 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import cache, lru_cache
+from importlib import resources
+from pathlib import Path
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import TZPATH, ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter  # type: ignore[import-untyped]
 
@@ -597,6 +613,79 @@ def _ceil_s(micros: int) -> int:
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*", re.ASCII)
 
 
+# Zone names that are also PostgreSQL time zone abbreviations (its 'Default' set) with a
+# non-zero offset: PostgreSQL's timezone(name, t) reads them as that fixed offset, zoneinfo as
+# the tz database zone (with summer time, or a different history). Each maps to (its offset,
+# the tz database's own location for it since 2024b).
+_PG_ABBREVIATIONS = {
+    "CET": ("+01:00", "Europe/Brussels"),
+    "MET": ("+01:00", "Europe/Brussels"),
+    "EET": ("+02:00", "Europe/Athens"),
+    "WET": ("+00:00", "Europe/Lisbon"),
+    "EST": ("-05:00", "America/Panama"),
+    "MST": ("-07:00", "America/Phoenix"),
+    "HST": ("-10:00", "Pacific/Honolulu"),
+}
+
+
+def _zone_file(key: str) -> bytes | None:
+    """The first bytes of the file ``ZoneInfo(key)`` reads: the first of ``TZPATH`` holding
+    it, else the ``tzdata`` package; None if neither can be read here."""
+    for root in TZPATH:
+        path = Path(root, key)
+        if path.is_file():
+            with path.open("rb") as f:
+                return f.read(1 << 16)
+    try:
+        return resources.files("tzdata.zoneinfo").joinpath(*key.split("/")).read_bytes()[: 1 << 16]
+    except (ImportError, OSError):
+        return None
+
+
+def _leap_seconds_in(data: bytes) -> int:
+    """The leap-second records of a TZif file (RFC 8536), in either of its data blocks."""
+    if len(data) < 44 or data[:4] != b"TZif":
+        return 0
+    counts: tuple[int, ...] = struct.unpack(">6l", data[20:44])
+    isut, isstd, leap, timecnt, typecnt, charcnt = counts
+    if data[4:5] == b"\x00":  # version 1: one block
+        return leap
+    at = 44 + 5 * timecnt + 6 * typecnt + charcnt + 8 * leap + isstd + isut  # the v2+ header
+    if len(data) < at + 44:
+        return leap
+    v2_counts: tuple[int, ...] = struct.unpack(">6l", data[at + 20:at + 44])
+    return max(leap, v2_counts[2])
+
+
+@cache
+def _postgres_disagrees(key: str) -> str | None:
+    """Why PostgreSQL's ``timezone(key, t)`` would give other local times than zoneinfo (so
+    the gap scan and the watermarks would expect other slots than the loop), or None."""
+    abbreviation = _PG_ABBREVIATIONS.get(key.upper())
+    if abbreviation is not None:
+        offset, place = abbreviation
+        return (
+            f"PostgreSQL reads {key!r} as the time zone abbreviation {key.upper()} (a fixed "
+            f"UTC{offset}) while Python reads the tz database zone, so SQL and Python slots would "
+            f"differ; name the location instead, e.g. {place!r}, or a fixed offset such as "
+            f"'Etc/GMT{_etc_sign(offset)}'"
+        )
+    data = _zone_file(key)
+    if data is not None and _leap_seconds_in(data):
+        instead = repr(key.removeprefix("right/")) if key.startswith("right/") else "a zone without them"
+        return (
+            f"{key!r} counts leap seconds: PostgreSQL applies them (local times about 27 s off) "
+            f"while Python's zoneinfo ignores them, so SQL and Python slots would differ; use {instead}"
+        )
+    return None
+
+
+def _etc_sign(offset: str) -> str:
+    """'Etc/GMT' name suffix of a '+hh:00' offset (POSIX signs: Etc/GMT-1 is UTC+01:00)."""
+    hours = int(offset[1:3])
+    return "" if hours == 0 else f"{'-' if offset[0] == '+' else '+'}{hours}"
+
+
 def _check_timezone(key: object) -> str:
     if not isinstance(key, str):
         raise ScheduleError("timezone", f"expected an IANA zone name, got {type(key).__name__}")
@@ -608,6 +697,9 @@ def _check_timezone(key: object) -> str:
         raise ScheduleError(
             "timezone", f"unknown zone {key!r}; expected an IANA name like 'Europe/Berlin'"
         ) from None
+    why = _postgres_disagrees(key)
+    if why is not None:
+        raise ScheduleError("timezone", why)
     return key
 
 

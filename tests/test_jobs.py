@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -116,3 +117,63 @@ def test_window_rules() -> None:
     with pytest.raises(JobDefinitionError) as info:
         Runner().job("bad", cron="0 2 * * *", window="soon")(noop)
     assert info.value.field == "window"
+
+
+# ------------------------------------------------------------------------------------------
+# handlers that would not do their work when called
+
+
+async def async_handler(ctx: Any) -> None: ...
+
+
+async def async_with_option(option: int, ctx: Any) -> None: ...
+
+
+class AsyncCall:
+    async def __call__(self, ctx: Any) -> None: ...
+
+    async def method(self, ctx: Any) -> None: ...
+
+
+def generator_handler(ctx: Any) -> Any:
+    yield ctx
+
+
+async def async_generator_handler(ctx: Any) -> Any:
+    yield ctx
+
+
+@pytest.mark.parametrize("handler", [
+    async_handler, functools.partial(async_with_option, 1), functools.partial(functools.partial(async_with_option, 1)),
+    AsyncCall(), AsyncCall().method, functools.partial(AsyncCall()),
+], ids=["async def", "partial", "partial of partial", "async __call__", "async method", "partial of object"])
+def test_async_def_handlers_are_refused_for_now(handler: Any) -> None:
+    app = Runner()
+    with pytest.raises(JobDefinitionError) as info:
+        app.job("settle", every="1m")(handler)
+    message = str(info.value)
+    assert info.value.field == "handler" and "\n" not in message
+    assert message.startswith("job 'settle': handler: async def handlers are not supported yet")
+    assert app.jobs == {}
+
+
+@pytest.mark.parametrize("handler", [generator_handler, async_generator_handler,
+                                     functools.partial(generator_handler)])
+def test_generator_function_handlers_are_refused(handler: Any) -> None:
+    app = Runner()
+    with pytest.raises(JobDefinitionError) as info:
+        app.job("settle", every="1m")(handler)
+    assert info.value.field == "handler" and "generator" in str(info.value)
+    assert app.jobs == {}
+
+
+class SyncCall:
+    def __call__(self, ctx: Any) -> None: ...
+
+
+@pytest.mark.parametrize("handler", [noop, functools.partial(noop), SyncCall(), lambda ctx: None],
+                         ids=["def", "partial", "object", "lambda"])
+def test_plain_callables_are_accepted(handler: Any) -> None:
+    app = Runner()
+    app.job("settle", every="1m")(handler)
+    assert app.jobs["settle"].handler is handler

@@ -106,12 +106,12 @@ def field_items(draw, kind: str) -> Field:
             items.append(_name(kind, a, names))
             values.add(a)
         elif shape in ("range", "range_step"):
-            b = draw(st.integers(a, hi))
+            b = draw(st.integers(a, hi + 1 if kind == "dow" else hi))  # dow ranges may end at 7
             equal_range = equal_range or a == b
             step = draw(st.integers(1, 20)) if shape == "range_step" else 1
-            text = f"{_name(kind, a, names)}-{_name(kind, b, names)}"
+            text = f"{_name(kind, a, names)}-{_name(kind, b, names) if b <= hi else b}"
             items.append(text + (f"/{step}" if shape == "range_step" else ""))
-            values.update(range(a, b + 1, step))
+            values.update(v % 7 if kind == "dow" else v for v in range(a, b + 1, step))
         elif shape == "start_step":
             step = draw(st.integers(1, 20))
             items.append(f"{_name(kind, a, names)}/{step}")

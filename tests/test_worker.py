@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -167,6 +168,64 @@ def test_handler_return_value_is_ignored(db_url: str) -> None:
 
     with running(app, db_url):
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"))
+
+
+class Pending:
+    """An awaitable that is neither a coroutine nor a generator (like an asyncio.Future)."""
+
+    def __await__(self) -> Any:
+        yield None
+
+
+def test_a_handler_returning_unfinished_work_fails_for_good(db_url: str) -> None:
+    """A coroutine, an awaitable, a generator or an async generator returned by a handler is
+    work that has not happened: the attempt fails (Permanent, so the run goes dead at once),
+    ctx.db is rolled back, and the coroutine or generator is closed (never 'never awaited')."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE sink (slot timestamptz, partition text)")
+
+    async def work() -> None:
+        raise AssertionError("a returned coroutine must never run")
+
+    def lazy() -> Any:
+        yield "never"
+
+    async def lazy_async() -> Any:
+        yield "never"
+
+    kinds: dict[str, Any] = {"coroutine": work, "awaitable": Pending, "generator": lazy,
+                             "async_generator": lazy_async, "wrote_then_coroutine": work}
+    returned: list[tuple[str, Any]] = []
+    app = Runner()
+
+    @app.job("unfinished", every="1s", max_attempts=3, backoff=FAST, partitions=list(kinds))
+    def handler(ctx: JobContext) -> object:
+        if ctx.partition == "wrote_then_coroutine":
+            ctx.db.execute("INSERT INTO sink VALUES (%s, %s)", (ctx.slot, ctx.partition))
+        value = kinds[ctx.partition]()
+        returned.append((ctx.partition, value))
+        return value
+
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(DISTINCT partition_key) FROM runner.job_runs"
+                                          " WHERE status = 'dead'") == len(kinds), message="dead runs")
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") == 0
+    errors = dict(rows(db_url, "SELECT DISTINCT r.partition_key, a.error_class || ': ' || a.error_message"
+                               " FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                               " WHERE a.status = 'dead' AND a.attempt = 1"))
+    expected = {"coroutine": "a coroutine", "wrote_then_coroutine": "a coroutine",
+                "awaitable": "an awaitable (Pending)", "generator": "a generator",
+                "async_generator": "an async generator"}
+    for partition, kind in expected.items():
+        assert errors[partition].startswith(
+            f"runner.errors.HandlerReturnedAwaitable: the handler returned {kind}; "), errors[partition]
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE attempt > 1") == 0  # never retried
+    assert scalar(db_url, "SELECT count(*) FROM sink") == 0  # ctx.db rolled back
+    for partition, value in returned:
+        if inspect.iscoroutine(value):
+            assert inspect.getcoroutinestate(value) == inspect.CORO_CLOSED, partition
+        elif inspect.isgenerator(value):
+            assert inspect.getgeneratorstate(value) == inspect.GEN_CLOSED, partition
 
 
 def test_runner_advances_gap_scan_watermarks(db_url: str) -> None:

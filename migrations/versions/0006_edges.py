@@ -21,8 +21,11 @@ UPGRADE = [
     "functions/advance_watermarks_v1.sql",
     # the one way to start an attempt (claim_due_runs, claim_plan_runs, take_over_orphans)
     "functions/start_attempts_v1.sql",
+    # re-applied (CREATE OR REPLACE): cron_spec_v1 refuses day-of-week '7/n' as Python does
+    "functions/cron_slots_v1.sql",
 ]
 # the 0003 versions of the view and function come back, then the tables they no longer read go
+# (cron_spec_v1 keeps refusing '7/n': that refusal is harmless to revision 0005)
 DOWNGRADE = ["revisions/0003_time.gapscan.sql", "revisions/0006_edges.down.sql"]
 
 

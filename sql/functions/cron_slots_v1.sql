@@ -41,6 +41,10 @@
 -- Both sides must read the same tz database: PostgreSQL's (system tzdata when built
 -- --with-system-tzdata, as Debian's packages are) and Python's zoneinfo (system tzdata, else
 -- the tzdata package). A zone whose rules differ between the two gives different slots.
+-- Some names PostgreSQL reads otherwise than zoneinfo whatever the data: timezone(name, t)
+-- tries the time zone abbreviations first, so 'CET', 'EET', 'MET', 'WET', 'EST', 'MST' and
+-- 'HST' are fixed offsets here, and it applies the leap seconds of right/* zones. The runner
+-- refuses those names when a job is registered (runner/schedule.py, tests/test_zones.py).
 
 CREATE OR REPLACE FUNCTION runner.cron_spec_v1(
     cron text,
@@ -137,6 +141,10 @@ BEGIN
                     hi := lo;
                 ELSE
                     hi := CASE WHEN i = 5 THEN 6 ELSE highs[i] END;  -- a/n means a-max/n
+                    IF hi < lo THEN  -- '7/n': day-of-week a/n stops at Saturday, as in Python
+                        RAISE EXCEPTION 'invalid cron: % field: % starts past Saturday',
+                            fnames[i], quote_literal(item) USING ERRCODE = 'invalid_parameter_value';
+                    END IF;
                 END IF;
             END IF;
             IF step = 1 AND lo <= hi THEN
