@@ -8,7 +8,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from runner.app import Backoff, Runner
-from runner.attempt import JobContext
+from runner.context import JobContext
 from runner.errors import (
     AttemptTimedOut,
     HandlerReturnedAwaitable,

@@ -12,15 +12,14 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
 
-if TYPE_CHECKING:
-    from runner.attempt import JobContext
-
-Handler: TypeAlias = "Callable[[JobContext], object]"
+# called with a runner.JobContext (runner/context.py, which builds on this module: so the
+# alias names no type from it)
+Handler: TypeAlias = Callable[[Any], object]
 PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
 # a results check (runner/backfill.py): (conn, window_start, window_end, partition) -> outcome
 VerifyFn: TypeAlias = Callable[[Any, datetime, datetime, str], object]
@@ -377,5 +376,5 @@ def _interval_of(job: str, field_name: str, value: object) -> timedelta:
         raise JobDefinitionError(job, field_name, str(exc)) from None
 
 
-def _no_handler(ctx: JobContext) -> None:  # placeholder until the decorator receives it
+def _no_handler(ctx: Any) -> None:  # placeholder until the decorator receives it
     raise RuntimeError("handler not registered")

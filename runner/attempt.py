@@ -1,4 +1,5 @@
-"""One attempt's life: the context a handler sees, the handler call, and its outcome.
+"""One attempt's life: the handler call and its outcome (the context it sees is
+runner/context.py).
 
 The attempt's run is already claimed, fenced and locked when ``execute`` is called. A
 handler that never touches ``ctx.db`` returns its outcome to the caller, which records it
@@ -21,21 +22,17 @@ import logging
 import os
 import random
 import traceback
-from datetime import date, datetime
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from runner import ledger
 from runner.app import JobDef
-from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership
+from runner.context import JobContext
+from runner.errors import HandlerReturnedAwaitable, LostOwnership, error_text
 from runner.ledger import ClaimedRun, Outcome
 
 log = logging.getLogger("runner.attempt")
-
-MAX_ERROR_CHARS = 4000
-
 
 def crash_point(name: str) -> None:
     """Fault injection (scripts/fault_suite.py): exit at once, as ``kill -9`` would (no
@@ -51,146 +48,6 @@ def crash_point(name: str) -> None:
 # read once: crash_point is on the path of every run
 _CRASH_POINT = os.environ.get("RUNNER_CRASH_POINT")
 _CRASH_RATE = float(os.environ.get("RUNNER_CRASH_RATE", "1.0")) if _CRASH_POINT else 1.0
-
-
-class JobContext:
-    """What a handler knows about the unit of work it is doing (see SPEC: Public interface)."""
-
-    def __init__(self, run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
-                 control: ConnectionPool[Any] | None = None) -> None:
-        self._run = run
-        self._job = job
-        self._pool = pool  # ctx.db transactions
-        # short autocommit writes (heartbeats, effects) while ctx.db may hold a connection
-        self._control = control or pool
-        self._conn: psycopg.Connection[Any] | None = None
-        self._cancelled: str | None = None
-        self.processed: int | None = None
-        self.failed: int | None = None
-
-    job_name = property(lambda self: self._run.job_name)
-    run_id = property(lambda self: self._run.id)
-
-    @property
-    def slot(self) -> datetime:
-        return self._run.slot
-
-    @property
-    def window_start(self) -> datetime:
-        return self._run.window_start
-
-    @property
-    def window_end(self) -> datetime:
-        return self._run.window_end
-
-    @property
-    def business_date(self) -> date:
-        return self._run.business_date
-
-    @property
-    def partition(self) -> str:
-        return self._run.partition_key
-
-    @property
-    def idempotency_key(self) -> str:
-        return self._run.idempotency_key
-
-    @property
-    def fence(self) -> int:
-        return self._run.fence
-
-    @property
-    def attempt(self) -> int:
-        return self._run.attempt
-
-    @property
-    def trigger(self) -> str:
-        return self._run.trigger
-
-    @property
-    def db(self) -> psycopg.Connection[Any]:
-        """A connection in a transaction that commits with the run's success, or rolls back
-        if the handler raises or the attempt lost its run."""
-        if self._conn is None:
-            conn = self._pool.getconn()
-            conn.autocommit = False
-            self._conn = conn
-        return self._conn
-
-    def effect(self, key: str, *args: Any, **kwargs: Any) -> Any:
-        """A side effect recorded under ``key`` in runner.effects (see runner/effects.py)."""
-        from runner.effects import run_effect
-
-        return run_effect(self, key, *args, **kwargs)
-
-    def heartbeat(self, processed: int | None = None, failed: int | None = None) -> None:
-        """Report progress. Raises LostOwnership if this attempt no longer owns its run, and
-        AttemptTimedOut once the runner gave up on it (its job's timeout passed)."""
-        if self._cancelled:
-            raise AttemptTimedOut(self._cancelled)
-        if processed is not None:
-            self.processed = processed
-        if failed is not None:
-            self.failed = failed
-        with self._control.connection() as conn:
-            alive = ledger.heartbeat_attempt(conn, self._run.id, self._run.fence, processed, failed)
-        if not alive:
-            raise LostOwnership(
-                f"run {self._run.id} is no longer owned by attempt {self._run.attempt} "
-                f"(fence {self._run.fence})"
-            )
-
-    def cancel(self, reason: str) -> None:
-        """Ask the handler to stop (called by the runner from another thread): the next
-        ``heartbeat()`` raises, and a statement running on ``ctx.db`` is cancelled."""
-        self._cancelled = reason
-        conn = self._conn
-        if conn is not None:
-            try:
-                conn.cancel_safe(timeout=2.0)
-            except Exception as exc:  # the connection may be closing meanwhile
-                log.debug("run %s: cancelling ctx.db failed: %s", self._run.id, exc)
-
-    def _release(self, commit: bool) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            if commit:
-                conn.commit()
-            else:
-                conn.rollback()
-        finally:
-            try:
-                conn.autocommit = True
-            except Exception as exc:  # a broken connection: the pool discards it on return
-                log.debug("resetting a ctx.db connection failed: %s", exc)
-            self._pool.putconn(conn)
-
-
-def error_text(exc: BaseException) -> tuple[str, str]:
-    """The class and message of an exception, safe to store: never raises, no NUL bytes,
-    valid UTF-8, at most MAX_ERROR_CHARS characters."""
-    cls = type(exc)
-    name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
-    try:
-        message = str(exc)
-    except Exception:
-        try:
-            message = repr(exc)
-        except Exception:
-            message = f"<{cls.__qualname__} whose str() raised>"
-    if not isinstance(message, str):
-        message = f"<{cls.__qualname__} with a non-string message>"
-    return _clean(name, 200), _clean(message, MAX_ERROR_CHARS)
-
-
-def _clean(text: str, limit: int) -> str:
-    text = text.replace("\x00", "\\x00")
-    text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
-    if len(text) > limit:
-        text = text[: limit - 20] + f"... [{len(text) - limit + 20} more]"
-    return text
 
 
 def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: JobContext | None) -> Outcome:

@@ -62,15 +62,13 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
-from runner.errors import AttemptTimedOut, LostOwnership, UnresolvedEffect
+from runner.errors import AttemptTimedOut, LostOwnership, UnresolvedEffect, error_text
 from runner.sqlfiles import queries
-
-if TYPE_CHECKING:
-    from runner.attempt import JobContext
 
 log = logging.getLogger("runner.effects")
 
@@ -83,6 +81,25 @@ _READS = 8  # reads of a key whose row keeps changing under us before giving up
 Send = Callable[[], Any]
 Check = Callable[[str], bool]
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+
+class JobContext(Protocol):
+    """What the effect log needs of a handler's context (runner.context.JobContext): which
+    attempt of which run records the effect, and where its short writes go."""
+
+    _control: ConnectionPool[Any]
+    _cancelled: str | None
+
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def partition(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def fence(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -252,7 +269,6 @@ def _lost(ctx: JobContext, key: str) -> LostOwnership:
 
 
 def _error(exc: BaseException) -> str:
-    from runner.attempt import error_text
 
     error_class, message = error_text(exc)
     return f"{error_class}: {message}"

@@ -1,6 +1,9 @@
-"""Exceptions that are part of the public contract."""
+"""Exceptions that are part of the public contract, and how any exception is turned into
+text that is safe to store (``error_text``)."""
 
 from __future__ import annotations
+
+MAX_ERROR_CHARS = 4000
 
 
 class Permanent(Exception):
@@ -45,3 +48,28 @@ class HandlerReturnedAwaitable(Permanent):
     awaited), another awaitable, a generator or an async generator (their bodies never ran).
     The attempt fails and, since retrying the same handler cannot help, the run goes to
     ``dead``; the coroutine or generator is closed so it can never run half-way later."""
+
+
+def error_text(exc: BaseException) -> tuple[str, str]:
+    """The class and message of an exception, safe to store: never raises, no NUL bytes,
+    valid UTF-8, at most MAX_ERROR_CHARS characters."""
+    cls = type(exc)
+    name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
+    try:
+        message = str(exc)
+    except Exception:
+        try:
+            message = repr(exc)
+        except Exception:
+            message = f"<{cls.__qualname__} whose str() raised>"
+    if not isinstance(message, str):
+        message = f"<{cls.__qualname__} with a non-string message>"
+    return _clean(name, 200), _clean(message, MAX_ERROR_CHARS)
+
+
+def _clean(text: str, limit: int) -> str:
+    text = text.replace("\x00", "\\x00")
+    text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
+    if len(text) > limit:
+        text = text[: limit - 20] + f"... [{len(text) - limit + 20} more]"
+    return text

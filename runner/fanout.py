@@ -27,7 +27,7 @@ import psycopg
 
 from runner import ledger
 from runner.app import JobDef
-from runner.attempt import error_text
+from runner.errors import error_text
 
 log = logging.getLogger("runner.fanout")
 

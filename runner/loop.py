@@ -74,8 +74,9 @@ from psycopg_pool import ConnectionPool
 
 from runner import __version__, backfill, gapscan, ledger, misfire, takeover
 from runner.app import JobDef, Runner
-from runner.attempt import JobContext, crash_point, error_text, execute, failure
-from runner.errors import AttemptTimedOut, LockUnavailable
+from runner.attempt import crash_point, execute, failure
+from runner.context import JobContext
+from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
 from runner.fanout import MAX_PARTITIONS, plan_slot
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim

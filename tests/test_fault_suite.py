@@ -136,7 +136,7 @@ def test_a_lost_ctx_db_connection_goes_back_to_the_pool(db_url: str) -> None:
     """Found by the hostile outage test and the fault suite (handlers failing with
     psycopg_pool.PoolTimeout after connection kills, the runner stalled).
 
-    runner/attempt.py ``JobContext._release``: when the handler's ``ctx.db`` connection was
+    runner/context.py ``JobContext._release``: when the handler's ``ctx.db`` connection was
     cut, ``rollback()`` raises, and so does ``conn.autocommit = True`` in the ``finally``
     block, so ``putconn`` is never called: the pool counts the dead connection as checked out
     for ever. After ``workers`` such losses (the pool's max_size) every later ``ctx.db`` waits
@@ -144,7 +144,7 @@ def test_a_lost_ctx_db_connection_goes_back_to_the_pool(db_url: str) -> None:
     restarted."""
     from psycopg_pool import ConnectionPool
 
-    from runner.attempt import JobContext
+    from runner.context import JobContext
 
     with ConnectionPool(db_url, min_size=0, max_size=1, open=True, timeout=2.0,
                         kwargs={"autocommit": True, "application_name": "runner-worker"}) as pool:
@@ -168,7 +168,7 @@ def test_heartbeat_while_holding_ctx_db_uses_the_control_pool(db_url: str) -> No
     runner's control pool: with a handler pool of one connection, held, the beat still lands."""
     from psycopg_pool import ConnectionPool
 
-    from runner.attempt import JobContext
+    from runner.context import JobContext
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         ((run_id, fence),) = _running_runs(conn, 1)
