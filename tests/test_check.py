@@ -413,6 +413,18 @@ def test_a_ledger_written_by_real_loops_is_clean(db_url: str) -> None:
                                           " AND status = 'succeeded'") >= 1, timeout=20)
     assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'coalesced'") >= 1
     assert_ledger_clean(db_url)
+    # an operator reruns a succeeded run (--force): a second success of the same run, on purpose
+    from runner import operate
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        run_id, slot = conn.execute("SELECT id, schedule_slot FROM runner.job_runs WHERE job_name = 'flaky'"
+                                    " AND status = 'succeeded' ORDER BY id LIMIT 1").fetchone()
+        plan = operate.plan_rerun(conn, "flaky", slot, force=True)
+        operate.rerun(conn, plan, reason="audit test", who="test", force=True)
+    with running_worker(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE run_id = %s"
+                                          " AND status = 'succeeded'", (run_id,)) == 2, timeout=20)
+    assert_ledger_clean(db_url)
 
 
 # -- the command -------------------------------------------------------------------------------
