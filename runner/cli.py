@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import approvals, backfill, ledger, migrate, operate
+from runner import approvals, audit, backfill, ledger, migrate, operate
 from runner.errors import JobDefinitionError
 from runner.loader import load_app
 from runner.settings import ConfigError, DatabaseChoice, choose_database, lock_namespace, redact
@@ -386,6 +386,28 @@ def gaps(
         _print_table("gaps", rows, ["job_name", "schedule_slot", "local_slot", "partition_key",
                                      "state", "run_id", "attempt", "lateness", "paused",
                                      "last_error"])
+
+
+@app.command()
+def check(
+    database_url: DbOpt = None,
+    since: Annotated[str | None, typer.Option(help="only slots at or after (ISO 8601)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The ledger audit: every invariant violation with the rows involved (runner.check_v1).
+    Exit 1 when any is found, 0 when none."""
+    started = _parse_time(since, "--since")
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        rows = audit.violations(conn, since=started)
+        conn.close()
+    if as_json:
+        _print_json(rows)
+    else:
+        title = f"ledger audit: {len(rows)} violation(s)" if rows else "ledger audit: no violations"
+        _print_table(title, rows, audit.COLUMNS)
+    if rows:
+        raise typer.Exit(1)
 
 
 # -- operators: status, rerun, pause, resume (logic in runner/operate.py) ------------------

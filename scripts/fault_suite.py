@@ -28,7 +28,8 @@ What it does, in order:
    slot x partition, one sink row per run of the ``ctx.db`` job, no sink row under an older
    fence (a stale owner's write), every effect key of a succeeded run confirmed, sends beyond
    one per key only where a check said "not delivered", nothing left running, and no missing
-   slot (``runner.missing_slots`` when the view exists, else slots from ``runner.schedule``).
+   slot (``runner.missing_slots`` when the view exists, else slots from ``runner.schedule``);
+   and the ledger audit (``runner check``, runner/audit.py) finds no violation at all.
 
 The tracked range is the slots after the first runner registered, up to the end of the fault
 phase. The fault *plan* (times, kinds, targets' indices, delays) is a pure function of
@@ -582,6 +583,7 @@ class Suite:
         eff = one(self.url, "effect_state", {"jobs": JOBS})
         att = one(self.url, "attempt_state", {"jobs": JOBS})
         causes = dict(query(self.url, "failures_by_class", {"jobs": JOBS}))
+        violations = self.audit()
         lat = [r[0] for r in query(self.url, "recovery_latency", {
             "pids": [pid for pid, _ in self.rec.kills], "killed_at": [at for _, at in self.rec.kills]})]
         assert self.rec.range_start is not None and self.rec.range_end is not None
@@ -603,6 +605,7 @@ class Suite:
             "runs left running": (int(att["runs_left_running"]), 0),
             "attempts left running": (int(att["attempts_left_running"]), 0),
             "runner exits other than 0 at SIGTERM": (not_ok, 0),
+            "ledger audit violations (runner check)": (len(violations), 0),
         }
         slots = len(set(zip(expected["job_names"], expected["slots"], strict=True)))
         figures = {
@@ -631,6 +634,10 @@ class Suite:
             "seconds to settle after the faults": round(self.rec.quiesce_seconds, 1),
             "unexpected runner exits": self.rec.unexpected_exits,
             "locks held for finished runs": self.rec.leaked_locks,
+            "ledger audit (runner check)": [
+                f"{v['invariant']}: run {v['run_id']} attempt {v['attempt_id']} {v['job_name']} "
+                f"{v['schedule_slot']} {v['partition_key']!r} {json.dumps(v['detail'], default=str)}"
+                for v in violations[:50]],
             "not succeeded, by state": [{"state": s, "n": n, "first": f.isoformat(), "last": la.isoformat()}
                                         for s, n, f, la in not_succeeded],
         }
@@ -640,6 +647,14 @@ class Suite:
             "figures": figures,
             "invariants": {k: {"value": v, "required": w, "ok": v == w} for k, (v, w) in invariants.items()},
         }
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The ledger audit (``runner check``: runner.check_v1 through runner/audit.py) over the
+        whole ledger, once every runner has stopped: any violation fails the run."""
+        from runner import audit
+
+        with connect(self.url) as conn:
+            return audit.violations(conn)
 
 
 def _latency(values: list[float]) -> str:

@@ -114,3 +114,13 @@ def running_worker(app: Any, url: str, **config: Any) -> Iterator[Any]:
         worker.stop()
         thread.join(30)
         assert not thread.is_alive()
+
+
+def assert_ledger_clean(url: str, since: Any = None) -> None:
+    """The ledger audit (``runner check``, runner.check_v1) finds nothing: every scenario that
+    runs real loops ends with this."""
+    from runner import audit
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = audit.violations(conn, since=since)
+    assert not found, "the ledger audit (runner check) found violations:\n" + audit.describe(found)

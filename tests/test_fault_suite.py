@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from runner import ledger
-from tests.support import ROOT, RunnerProcess, eventually, rows, scalar
+from tests.support import ROOT, RunnerProcess, assert_ledger_clean, eventually, rows, scalar
 
 NAMESPACE = 21077
 
@@ -35,6 +35,8 @@ def test_short_fault_tier_keeps_every_guarantee(db_url: str, tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr
     figures = result["figures"]
     assert figures["runs expected (slot x partition)"] >= 3 * 2 * 25
+    assert result["invariants"]["ledger audit violations (runner check)"] == {
+        "value": 0, "required": 0, "ok": True}
     assert sum(figures["faults injected"].values()) >= 4
 
 
@@ -61,6 +63,7 @@ def test_crash_point_exits_at_once_and_the_run_is_taken_over(db_url: str, tmp_pa
                             " JOIN runner.attempts b ON b.run_id = a.run_id AND b.fence = a.fence + 1"
                             " WHERE a.owner_pid = %s", (crashing.proc.pid,))) == {
         ("abandoned", "succeeded", "recovery")}
+    assert_ledger_clean(db_url)
 
 
 def test_crash_point_rate_zero_never_fires(db_url: str, tmp_path: Path) -> None:
@@ -72,6 +75,7 @@ def test_crash_point_rate_zero_never_fires(db_url: str, tmp_path: Path) -> None:
                    timeout=20)
     finally:
         assert proc.terminate() == 0, proc.output()
+    assert_ledger_clean(db_url)
 
 
 # -- found by the suite ---------------------------------------------------------------------
@@ -239,3 +243,4 @@ def test_a_session_cut_while_relocking_does_not_end_the_runner(db_url: str,
     finally:
         worker.stop()
         thread.join(30)
+    assert_ledger_clean(db_url)

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import RunnerProcess, eventually, rows, scalar
+from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, scalar
 
 SETUP = """
 CREATE TABLE marks (run_id bigint, attempt int, fence bigint, pid int, what text,
@@ -67,6 +67,7 @@ def test_kill_9_owner_is_taken_over_at_once(fault_db: str, tmp_path: Path) -> No
     # the recovery is the run's second counted attempt (max_attempts=2): a crash loop ends
     # dead rather than forever (tests/test_edges.py)
     assert scalar(fault_db, "SELECT fence FROM runner.job_runs WHERE id = %s", (run_id,)) == 2
+    assert_ledger_clean(fault_db)
 
 
 def test_sigstop_past_lease_is_fenced_out(fault_db: str, tmp_path: Path) -> None:
@@ -97,6 +98,7 @@ def test_sigstop_past_lease_is_fenced_out(fault_db: str, tmp_path: Path) -> None
         ("succeeded", 2)]
     assert rows(fault_db, "SELECT attempt, fence FROM sink WHERE run_id = %s", (run_id,)) == [(2, 2)]
     assert "refused" in a.output()
+    assert_ledger_clean(fault_db)
 
 
 def test_connection_killed_mid_run_loses_nothing(fault_db: str, tmp_path: Path) -> None:
@@ -117,6 +119,7 @@ def test_connection_killed_mid_run_loses_nothing(fault_db: str, tmp_path: Path) 
         assert a.terminate() == 0, a.output()
     assert scalar(fault_db, "SELECT count(*) FROM sink WHERE run_id = %s", (run_id,)) == 1
     assert "reconnect" in a.output() or "re-established" in a.output()
+    assert_ledger_clean(fault_db)
 
 
 def test_shutdown_hands_running_runs_over(fault_db: str, tmp_path: Path) -> None:
@@ -139,6 +142,7 @@ def test_shutdown_hands_running_runs_over(fault_db: str, tmp_path: Path) -> None
     # the released attempt did not count against max_attempts
     assert rows(fault_db, "SELECT uncounted_attempts, attempt FROM runner.job_runs WHERE id = %s",
                 (run_id,)) == [(1, 2)]
+    assert_ledger_clean(fault_db)
 
 
 def test_timeouts_stop_handlers_without_blocking_the_runner(fault_db: str, tmp_path: Path) -> None:
@@ -160,6 +164,7 @@ def test_timeouts_stop_handlers_without_blocking_the_runner(fault_db: str, tmp_p
     # the stubborn handler's pg_sleep was cancelled: no statement of it is still running
     assert scalar(fault_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3600)%%'"
                             " AND state = 'active'") == 0
+    assert_ledger_clean(fault_db)
 
 
 def test_ending_a_hung_owner_without_the_privilege_is_false_not_an_error(db_url: str) -> None:
@@ -194,3 +199,11 @@ def test_sigterm_waits_for_handlers_and_a_second_sigint_exits_at_once(fault_db: 
     assert scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s", (run_id,)) == "running"
     assert scalar(fault_db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database ="
                             " (SELECT oid FROM pg_database WHERE datname = current_database())") == 0
+    # a runner started later takes the orphan over; then the ledger is whole again
+    b = start(fault_db, tmp_path, "b")
+    try:
+        eventually(lambda: scalar(fault_db, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (run_id,)) == "succeeded", timeout=20)
+    finally:
+        assert b.terminate() == 0, b.output()
+    assert_ledger_clean(fault_db)

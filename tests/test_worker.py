@@ -11,7 +11,7 @@ import psycopg
 
 from runner import JobContext, LostOwnership, Permanent, Runner
 from runner.schedule import idempotency_key
-from tests.support import eventually, rows, running_worker, scalar
+from tests.support import assert_ledger_clean, eventually, rows, running_worker, scalar
 
 FAST = {"base": "10ms", "jitter": 0}
 
@@ -41,6 +41,7 @@ def test_context_carries_the_run(db_url: str) -> None:
     assert (s["fence"], s["attempt"], s["trigger"]) == (1, 1, "schedule")
     assert rows(db_url, "SELECT status, idempotency_key FROM runner.job_runs"
                         " WHERE schedule_slot = %s", (s["slot"],)) == [("succeeded", s["idempotency_key"])]
+    assert_ledger_clean(db_url)
 
 
 def test_ctx_db_commits_with_success_and_rolls_back_on_failure(db_url: str) -> None:
@@ -66,6 +67,7 @@ def test_ctx_db_commits_with_success_and_rolls_back_on_failure(db_url: str) -> N
         (1, 1, "failed", "RuntimeError", "first attempt fails after writing", "schedule"),
         (2, 2, "succeeded", None, None, "retry"),
     ]
+    assert_ledger_clean(db_url)
 
 
 def test_retries_exhausted_go_dead(db_url: str) -> None:
@@ -83,6 +85,7 @@ def test_retries_exhausted_go_dead(db_url: str) -> None:
     assert (attempt, error) == (3, "ValueError: attempt 3")
     assert [r[0] for r in rows(db_url, "SELECT status FROM runner.attempts WHERE run_id = %s"
                                        " ORDER BY attempt", (run_id,))] == ["failed", "failed", "dead"]
+    assert_ledger_clean(db_url)
 
 
 class Unauthorized(Exception):
@@ -104,6 +107,7 @@ def test_permanent_errors_are_never_retried(db_url: str) -> None:
         ("a", 1, "runner.errors.Permanent: invalid input"),
         ("b", 1, "tests.test_worker.Unauthorized: no token"),
     }
+    assert_ledger_clean(db_url)
 
 
 class Unprintable(Exception):
@@ -127,6 +131,7 @@ def test_hostile_errors_are_stored_safely(db_url: str) -> None:
     assert len(stored["huge"]) <= 4000 and stored["huge"].startswith("xxx")
     assert stored["nul"].startswith("a\\x00b")
     assert "Unprintable" in stored["unprintable"]
+    assert_ledger_clean(db_url)
 
 
 def test_lost_ownership_rolls_back_and_the_run_is_recovered(db_url: str) -> None:
@@ -157,6 +162,7 @@ def test_lost_ownership_rolls_back_and_the_run_is_recovered(db_url: str) -> None
         (1, 1, "stale", "catch_up"), (2, 3, "succeeded", "recovery")]
     assert rows(db_url, "SELECT status, fence, attempt, trigger FROM runner.job_runs") == [
         ("succeeded", 3, 2, "recovery")]
+    assert_ledger_clean(db_url)
 
 
 def test_handler_return_value_is_ignored(db_url: str) -> None:
@@ -168,6 +174,7 @@ def test_handler_return_value_is_ignored(db_url: str) -> None:
 
     with running(app, db_url):
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"))
+    assert_ledger_clean(db_url)
 
 
 class Pending:
@@ -240,6 +247,7 @@ def test_runner_advances_gap_scan_watermarks(db_url: str) -> None:
                                           " WHERE job_name = 'tracked'") is not None, timeout=15)
     assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'tracked'"
                           " AND state = 'never_started'") <= 1
+    assert_ledger_clean(db_url)
 
 
 def test_timeout_counts_from_the_handler_start_not_the_claim(db_url: str) -> None:
@@ -261,3 +269,4 @@ def test_timeout_counts_from_the_handler_start_not_the_claim(db_url: str) -> Non
     assert [(p, s) for p, s, _ in got] == [("p1", "succeeded"), ("p2", "succeeded"), ("p3", "succeeded")]
     # all three were claimed together, so the last one waited well over a second for its thread
     assert max(t for *_, t in got) - min(t for *_, t in got) < timedelta(seconds=0.5)
+    assert_ledger_clean(db_url)

@@ -14,7 +14,12 @@ down_revision = "0007_security"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0008_audit.sql"]
+# applied in this order: the function, then the view that calls it
+UPGRADE = [
+    "revisions/0008_audit.sql",
+    "functions/check_v1.sql",
+    "views/violations.sql",
+]
 DOWNGRADE = ["revisions/0008_audit.down.sql"]
 
 
