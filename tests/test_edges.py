@@ -11,7 +11,15 @@ from pathlib import Path
 from runner import JobContext, Runner, ledger
 from runner.ledger import Outcome
 from runner.loop import LoopConfig, Worker
-from tests.support import RunnerProcess, eventually, rows, run_cli, running_worker, scalar
+from tests.support import (
+    RunnerProcess,
+    assert_ledger_clean,
+    eventually,
+    rows,
+    run_cli,
+    running_worker,
+    scalar,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EDGES = "tests/apps/edges.py"
@@ -49,6 +57,7 @@ def test_coalesce_over_a_long_downtime_points_every_row_at_a_run(db_url: str, tm
     mains = rows(db_url, "SELECT partition_key, status FROM runner.job_runs WHERE job_name = 'wide-coalesce'"
                          " AND trigger = 'catch_up' AND status <> 'coalesced' ORDER BY 1")
     assert mains == [("a", "succeeded"), ("b", "succeeded")]
+    assert_ledger_clean(db_url)
 
 
 def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> None:
@@ -106,6 +115,7 @@ def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path)
     assert len(got) == 1 and got[0][1:] == ("dead", 3, True), got
     assert rows(db_url, "SELECT fence, status FROM runner.attempts WHERE run_id = %s ORDER BY fence",
                 (got[0][0],)) == [(1, "abandoned"), (2, "abandoned"), (3, "abandoned")]
+    assert_ledger_clean(db_url)
 
 
 def test_a_partial_dynamic_fanout_shows_every_missing_partition(db_url: str) -> None:
@@ -136,6 +146,7 @@ def test_a_partial_dynamic_fanout_shows_every_missing_partition(db_url: str) -> 
                           " WHERE schedule_slot = %s AND state = 'never_started' ORDER BY 1", (fan_slot,))
     ran = scalar(db_url, "SELECT partition_key FROM runner.job_runs")
     assert [r[0] for r in listed] == sorted(k for k in keys if k != ran)
+    assert_ledger_clean(db_url)
 
 
 def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str) -> None:
@@ -163,6 +174,7 @@ def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str) 
                           " FROM runner.missing_slots WHERE job_name = 'bad-window'")
     assert states == [("fanout_failed", True)]
     assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'bad-window'") == 0
+    assert_ledger_clean(db_url)
 
 
 def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str) -> None:
@@ -185,6 +197,7 @@ def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str) -
     assert late == []
     reasons = rows(db_url, "SELECT DISTINCT left(status_reason, 14) FROM runner.job_runs WHERE status = 'skipped'")
     assert reasons == [("misfire=skip: ",)]
+    assert_ledger_clean(db_url)
 
 
 def test_heartbeats_continue_during_the_shutdown_grace(db_url: str, tmp_path: Path) -> None:
@@ -208,6 +221,7 @@ def test_heartbeats_continue_during_the_shutdown_grace(db_url: str, tmp_path: Pa
     assert rows(db_url, "SELECT status, attempt FROM runner.job_runs WHERE id = %s", (slow_run,)) == [
         ("succeeded", 1)]
     assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status = 'abandoned'") == 0
+    assert_ledger_clean(db_url)
 
 
 def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_path: Path) -> None:
@@ -241,6 +255,7 @@ def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_pat
     listed = scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'pausable-skip'"
                             " AND schedule_slot > %s AND schedule_slot <= %s", (paused_at, resumed))
     assert listed >= 5
+    assert_ledger_clean(db_url)
 
 
 def test_replayed_slots_run_back_to_back(db_url: str) -> None:
@@ -257,3 +272,4 @@ def test_replayed_slots_run_back_to_back(db_url: str) -> None:
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE trigger = 'catch_up'"
                                           " AND status = 'succeeded'") == 12, timeout=40,
                    message="12 replays done well within 12 poll intervals (60 s)")
+    assert_ledger_clean(db_url)
