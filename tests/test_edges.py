@@ -11,13 +11,13 @@ from pathlib import Path
 from runner import JobContext, Runner, ledger
 from runner.ledger import Outcome
 from runner.loop import LoopConfig, Worker
+from tests.apps.edges import FAN_KEYS
 from tests.support import (
     RunnerProcess,
     assert_ledger_clean,
     eventually,
     rows,
     run_cli,
-    running_worker,
     scalar,
 )
 
@@ -118,58 +118,42 @@ def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path)
     assert_ledger_clean(db_url)
 
 
-def test_a_partial_dynamic_fanout_shows_every_missing_partition(db_url: str) -> None:
-    """#5: a runner stops after claiming 1 of 30 partitions of a dynamic job: the gap scan
-    lists each of the 29 others (it used to see "at least one run" and list nothing)."""
-    app = Runner()
-    release = threading.Event()
-    keys = [f"tenant-{i:02d}" for i in range(30)]
-
-    @app.job("fan", every="1s", partitions=lambda slot: keys, misfire="skip", overlap="allow")
-    def handler(ctx: JobContext) -> None:
-        release.wait(30)
-
-    worker = Worker(app, db_url, LoopConfig(workers=1, max_inflight=1, poll_interval=0.05, grace=0.1))
-    worker.start()
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
+def test_a_partial_dynamic_fanout_shows_every_missing_partition(db_url: str, tmp_path: Path) -> None:
+    """#5: a `runner start` with one handler thread is stopped (grace 0.2 s) after claiming 1
+    of the 30 partitions of a dynamic job: the gap scan lists each of the 29 others (it used to
+    see "at least one run" and list nothing), and the released run is pending again."""
+    run_cli("db", "upgrade", url=db_url)
+    proc = RunnerProcess(f"{EDGES}:fan_app", db_url, "--poll-interval", "0.05", "--workers", "1",
+                         "--max-inflight", "1", "--grace", "0.2", log=tmp_path / "runner.log")
     try:
-        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs") == 1)
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status = 'running'") == 1,
+                   timeout=60, message="one partition claimed and running")
     finally:
-        worker.stop()
-        release.set()
-        thread.join(30)
-    fan_slot = scalar(db_url, "SELECT schedule_slot FROM runner.job_runs")
+        assert proc.terminate() == 0, proc.output()
+    (fan_slot, ran), = rows(db_url, "SELECT schedule_slot, partition_key FROM runner.job_runs")
     assert rows(db_url, "SELECT partitions FROM runner.slot_fanouts WHERE job_name = 'fan'"
-                        " AND schedule_slot = %s", (fan_slot,)) == [(keys,)]
+                        " AND schedule_slot = %s", (fan_slot,)) == [(FAN_KEYS,)]
     listed = rows(db_url, "SELECT partition_key FROM runner.missing_slots_v1(now(), 'fan')"
                           " WHERE schedule_slot = %s AND state = 'never_started' ORDER BY 1", (fan_slot,))
-    ran = scalar(db_url, "SELECT partition_key FROM runner.job_runs")
-    assert [r[0] for r in listed] == sorted(k for k in keys if k != ran)
+    assert [r[0] for r in listed] == sorted(k for k in FAN_KEYS if k != ran)
+    assert rows(db_url, "SELECT status, trigger FROM runner.job_runs") == [("pending", "recovery")]
     assert_ledger_clean(db_url)
 
 
-def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str) -> None:
-    """#6: one job's window callable raises for every slot: the other job keeps running, and
-    the failing slots are recorded and listed by the gap scan as fanout_failed."""
-    app = Runner()
-    seen: list[datetime] = []
-
-    def window(slot: datetime) -> tuple[datetime, datetime]:
-        raise RuntimeError("no window\nattempt_succeeded forged")
-
-    @app.job("bad-window", every="1s", window=window, misfire="skip")
-    def bad(ctx: JobContext) -> None:
-        pass
-
-    @app.job("healthy", every="1s")
-    def healthy(ctx: JobContext) -> None:
-        seen.append(ctx.slot)
-
-    with running_worker(app, db_url):
-        eventually(lambda: len(seen) >= 3, timeout=60, message="the healthy job kept running")
+def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str, tmp_path: Path) -> None:
+    """#6: one job's window callable raises for every slot: the other job keeps running in the
+    same `runner start`, and the failing slots are recorded and listed by the gap scan as
+    fanout_failed."""
+    run_cli("db", "upgrade", url=db_url)
+    proc = RunnerProcess(f"{EDGES}:window_app", db_url, "--poll-interval", "0.1", log=tmp_path / "runner.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'healthy'"
+                                          " AND status = 'succeeded'") >= 3,
+                   timeout=60, message="the healthy job kept running")
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.slot_fanouts"
-                                          " WHERE job_name = 'bad-window' AND error IS NOT NULL") >= 2)
+                                          " WHERE job_name = 'bad-window' AND error IS NOT NULL") >= 2, timeout=60)
+    finally:
+        assert proc.terminate() == 0, proc.output()
     states = rows(db_url, "SELECT DISTINCT state, last_error LIKE 'RuntimeError: no window%%'"
                           " FROM runner.missing_slots WHERE job_name = 'bad-window'")
     assert states == [("fanout_failed", True)]
@@ -177,20 +161,20 @@ def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str) 
     assert_ledger_clean(db_url)
 
 
-def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str) -> None:
-    """#7: a 2.5 s handler, a slot every second, one worker: slots past grace go to the misfire
-    policy (skip, with the reason) instead of starting late as 'schedule'."""
-    app = Runner()
-
-    @app.job("overloaded", every="1s", grace="1s", misfire="skip", overlap="allow")
-    def handler(ctx: JobContext) -> None:
-        threading.Event().wait(2.5)  # the work: slower than the schedule
-
-    with running_worker(app, db_url, workers=1, max_inflight=1):
+def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str, tmp_path: Path) -> None:
+    """#7: a 2.5 s handler, a slot every second, one handler thread in a real `runner start`:
+    slots past grace go to the misfire policy (skip, with the reason) instead of starting late
+    as 'schedule'."""
+    run_cli("db", "upgrade", url=db_url)
+    proc = RunnerProcess(f"{EDGES}:overload_app", db_url, "--poll-interval", "0.05", "--workers", "1",
+                         "--max-inflight", "1", "--grace", "5", log=tmp_path / "runner.log")
+    try:
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'skipped'") >= 3,
                    timeout=60, message="late slots skipped")
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2,
                    timeout=60)
+    finally:
+        assert proc.terminate() == 0, proc.output()
     late = rows(db_url, "SELECT r.schedule_slot, a.started_at - r.schedule_slot FROM runner.job_runs r"
                         " JOIN runner.attempts a ON a.run_id = r.id AND a.fence = 1"
                         " WHERE r.trigger = 'schedule' AND a.started_at - r.schedule_slot > interval '1.5 seconds'")
@@ -258,18 +242,21 @@ def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_pat
     assert_ledger_clean(db_url)
 
 
-def test_replayed_slots_run_back_to_back(db_url: str) -> None:
+def test_replayed_slots_run_back_to_back(db_url: str, tmp_path: Path) -> None:
     """#12: with a 5 s poll interval, 12 replayed slots of a quick handler finish long before
-    12 poll intervals: the next catch-up run starts as soon as the previous one ends."""
-    app = Runner()
-
-    @app.job("replay-fast", every="1s", misfire="replay", max_catch_up=12, grace="1s",
-             track_from=datetime.now(UTC) - timedelta(seconds=30))
-    def handler(ctx: JobContext) -> None:
-        pass
-
-    with running_worker(app, db_url, poll_interval=5.0):
+    12 poll intervals in a real `runner start`: the next catch-up run starts as soon as the
+    previous one ends."""
+    run_cli("db", "upgrade", url=db_url)
+    proc = RunnerProcess(f"{EDGES}:replay_app", db_url, "--poll-interval", "5", log=tmp_path / "runner.log")
+    try:
+        eventually(lambda: "runner_started" in proc.output(), timeout=60)
+        began = scalar(db_url, "SELECT now()")
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE trigger = 'catch_up'"
                                           " AND status = 'succeeded'") == 12, timeout=40,
                    message="12 replays done well within 12 poll intervals (60 s)")
+        took = scalar(db_url, "SELECT extract(epoch FROM max(finished_at) - %s) FROM runner.job_runs"
+                              " WHERE trigger = 'catch_up'", (began,))
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert took < 5 * 6, f"12 replays took {took} s: paced by the poll interval"
     assert_ledger_clean(db_url)

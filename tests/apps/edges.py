@@ -46,3 +46,50 @@ skip_app = Runner()
 @skip_app.job("pausable-skip", every="1s", misfire="skip", grace="1s")
 def pausable(ctx: JobContext) -> None:
     pass
+
+
+# -- a runner stopped after claiming 1 of 30 partitions of a dynamic job ---------------------
+FAN_KEYS = [f"tenant-{i:02d}" for i in range(30)]
+fan_app = Runner()
+
+
+@fan_app.job("fan", every="1s", partitions=lambda slot: FAN_KEYS, misfire="skip", overlap="allow")
+def fan(ctx: JobContext) -> None:
+    time.sleep(float(os.environ.get("EDGES_HOLD", "30")))  # the work: longer than the grace
+
+
+# -- a window callable that raises for every slot, beside a healthy job ----------------------
+window_app = Runner()
+
+
+def _no_window(slot: datetime) -> tuple[datetime, datetime]:
+    raise RuntimeError("no window\nattempt_succeeded forged")
+
+
+@window_app.job("bad-window", every="1s", window=_no_window, misfire="skip")
+def bad_window(ctx: JobContext) -> None:
+    pass
+
+
+@window_app.job("healthy", every="1s")
+def healthy(ctx: JobContext) -> None:
+    pass
+
+
+# -- a handler slower than its schedule, one worker ------------------------------------------
+overload_app = Runner()
+
+
+@overload_app.job("overloaded", every="1s", grace="1s", misfire="skip", overlap="allow")
+def overloaded(ctx: JobContext) -> None:
+    time.sleep(2.5)  # the work: slower than the schedule
+
+
+# -- replay of a quick handler after a downtime ----------------------------------------------
+replay_app = Runner()
+
+
+@replay_app.job("replay-fast", every="1s", misfire="replay", max_catch_up=12, grace="1s",
+                track_from=datetime.now(UTC) - timedelta(seconds=30))
+def replay_fast(ctx: JobContext) -> None:
+    pass
