@@ -7,6 +7,9 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from runner import JobContext, Runner, ledger
 from runner.ledger import Outcome
@@ -18,6 +21,7 @@ from tests.support import (
     eventually,
     rows,
     run_cli,
+    running_worker,
     scalar,
 )
 
@@ -259,4 +263,121 @@ def test_replayed_slots_run_back_to_back(db_url: str, tmp_path: Path) -> None:
     finally:
         assert proc.terminate() == 0, proc.output()
     assert took < 5 * 6, f"12 replays took {took} s: paced by the poll interval"
+    assert_ledger_clean(db_url)
+
+
+# -- suspicions of the issue, checked (each names what it rules out) --------------------------
+
+
+def test_a_schedule_change_across_a_downtime_judges_each_slot_by_its_schedule(
+        db_url: str, tmp_path: Path) -> None:
+    """Suspicion: "a schedule change applies the new schedule to slots before valid_from".
+    A runner with every=2s stops; 6 s later one with every=3s starts (misfire=skip). Every run
+    before the change is at a 2 s slot and every run after it at a 3 s slot; the downtime's 2 s
+    slots are not decided with the new schedule but listed by the gap scan (judged by the
+    schedule then in force); the audit is clean."""
+    run_cli("db", "upgrade", url=db_url)
+    a = RunnerProcess(f"{EDGES}:change_app", db_url, "--poll-interval", "0.1", env={"EDGES_EVERY": "2s"},
+                      log=tmp_path / "a.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2,
+                   timeout=60)
+    finally:
+        assert a.terminate() == 0, a.output()
+    stopped = scalar(db_url, "SELECT now()")
+    eventually(lambda: scalar(db_url, "SELECT now() - %s > interval '6 seconds'", (stopped,)), timeout=60)
+    b = RunnerProcess(f"{EDGES}:change_app", db_url, "--poll-interval", "0.1", env={"EDGES_EVERY": "3s"},
+                      log=tmp_path / "b.log")
+    try:
+        changed = eventually(lambda: scalar(db_url, "SELECT max(valid_from) FROM runner.job_schedules"
+                                                    " WHERE job_name = 'changing' AND every_interval = '3s'"),
+                             timeout=60)
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"
+                                          " AND schedule_slot > %s", (changed,)) >= 2, timeout=60)
+        now = scalar(db_url, "SELECT now() - interval '2 seconds'")
+    finally:
+        assert b.terminate() == 0, b.output()
+    before = [r[0] for r in rows(db_url, "SELECT extract(epoch FROM schedule_slot)::numeric FROM runner.job_runs"
+                                         " WHERE schedule_slot < %s", (changed,))]
+    after = [r[0] for r in rows(db_url, "SELECT extract(epoch FROM schedule_slot)::numeric FROM runner.job_runs"
+                                        " WHERE schedule_slot >= %s", (changed,))]
+    assert before and after
+    assert all(s % 2 == 0 for s in before), before
+    assert all(s % 3 == 0 for s in after), after
+    gap = [r[0] for r in rows(db_url, "SELECT extract(epoch FROM schedule_slot)::numeric"
+                                      " FROM runner.missing_slots_v1(%s, 'changing')"
+                                      " WHERE schedule_slot > %s AND schedule_slot < %s", (now, stopped, changed))]
+    assert len(gap) >= 2 and all(s % 2 == 0 for s in gap), gap
+    assert_ledger_clean(db_url)
+
+
+def test_a_failed_misfire_pass_keeps_the_late_range(db_url: str, monkeypatch: Any) -> None:
+    """Suspicion: "a transient database error in _decide_misfires drops the job from the
+    misfire duty for the process's lifetime". The first two passes fail with a database
+    error (a statement cancelled); the on-time slots keep running meanwhile, and the late
+    range handed over at start is still decided afterwards."""
+    from runner import misfire
+
+    real = misfire.run_once
+    failures = []
+
+    def flaky(*args: Any, **kw: Any) -> Any:
+        if len(failures) < 2:
+            failures.append(1)
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(misfire, "run_once", flaky)
+    app = Runner()
+
+    @app.job("late-skip", every="1s", misfire="skip", grace="1s",
+             track_from=datetime.now(UTC) - timedelta(seconds=20))
+    def handler(ctx: JobContext) -> None:
+        pass
+
+    with running_worker(app, db_url, poll_interval=0.05):
+        eventually(lambda: len(failures) == 2, timeout=30, message="two passes failed")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'skipped'") >= 15,
+                   timeout=30, message="the downtime decided after the failures")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2,
+                   timeout=30)
+    assert_ledger_clean(db_url)
+
+
+def test_a_completer_held_up_past_the_lease_keeps_its_session(db_url: str, tmp_path: Path) -> None:
+    """Suspicion: "a completer stuck longer than the lease gets the whole lock session
+    terminated because returned-but-unrecorded runs are no longer beaten". Lease 1 s, a peer
+    watching: a run's row is locked by another session while its 4 s handler runs, so the
+    outcome waits to be recorded well past the lease. The stopping runner keeps beating that
+    run: the peer does not end its session, and the run succeeds at its first attempt."""
+    run_cli("db", "upgrade", url=db_url)
+    a = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "1"},
+                      log=tmp_path / "a.log")
+    b = None
+    try:
+        run_id = eventually(lambda: scalar(db_url, "SELECT run_id FROM runner.attempts WHERE status = 'running'"
+                                                   " AND owner_pid = %s", (a.proc.pid,)), timeout=60,
+                            message="a slow attempt running on the first runner")
+        lock_pid = scalar(db_url, "SELECT backend_pid FROM runner.instances WHERE pid = %s", (a.proc.pid,))
+        b = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "0"},
+                          log=tmp_path / "b.log")
+        with psycopg.connect(db_url) as holder:
+            holder.execute("SELECT 1 FROM runner.job_runs WHERE id = %s FOR UPDATE", (run_id,))
+            blocked = eventually(lambda: scalar(
+                db_url, "SELECT now() FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%%The one place that writes attempt outcomes%%'"), timeout=60,
+                message="the handler returned and its outcome waits on the row lock")
+            eventually(lambda: scalar(db_url, "SELECT now() - %s > interval '3 seconds'", (blocked,)), timeout=60)
+            holder.rollback()
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s", (run_id,))
+                   == "succeeded", timeout=60)
+        assert scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (lock_pid,)) == 1, \
+            "the peer ended the lock session of a runner whose completer was held up"
+    finally:
+        assert a.terminate() == 0, a.output()
+        if b is not None:
+            assert b.terminate() == 0, b.output()
+    assert rows(db_url, "SELECT status, attempt FROM runner.job_runs WHERE id = %s", (run_id,)) == [
+        ("succeeded", 1)]
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status = 'abandoned'") == 0
     assert_ledger_clean(db_url)

@@ -228,3 +228,70 @@ def test_unclaimed_rows_are_checked_by_key_not_by_count(conns: Any) -> None:
     mine = claims("report", T0, ["t1", "t2"]) + claims("pausable", T0, [""])
     assert ledger.unclaimed_rows(a, mine) == {1, 2}
     assert ledger.unclaimed_rows(a, []) == set()
+
+
+def test_beats_outcomes_and_takeovers_of_the_same_runs_never_deadlock(db_url: str) -> None:
+    """Edges (suspicion: "takeover and completer batches lock the same runs in different
+    orders"). 2,000 running runs: the owner's loop beats all of them (one statement) while its
+    completer records their outcomes in shuffled batches and a peer takes over the half whose
+    lock is gone (as after a lost session). Row locks are always taken runs first, attempts
+    second, and the takeover skips locked runs, so no statement ever waits in a cycle:
+    PostgreSQL reports no deadlock (it would cancel one statement after deadlock_timeout)."""
+    import random
+    import threading
+
+    many = Runner()
+
+    @many.job("wide", every="1m", partitions=[f"p{i}" for i in range(1000)])
+    def wide(ctx: Any) -> None: ...
+
+    loop_conn, completer, peer = (psycopg.connect(db_url, autocommit=True) for _ in range(3))
+    ledger.sync_jobs(loop_conn, list(many.jobs.values()), now=T0 - timedelta(days=1))
+    me, other = owner(), owner()
+    deadlocks: list[BaseException] = []
+    taken = 0
+    try:
+        for k in range(2):
+            slot = T0 + timedelta(minutes=k)
+            start = slot - timedelta(minutes=1)
+            batch = [SlotClaim("wide", slot, f"p{i}", slot.date(), start, slot,
+                               idempotency_key("wide", start, slot, f"p{i}", "1")) for i in range(1000)]
+            _, won = ledger.claim_slots(loop_conn, me, batch, now=slot + timedelta(seconds=1))
+            ids = [r.id for r in won]
+            ledger.unlock_runs(loop_conn, me.namespace, ids[::2])  # their owner's lock is gone
+            stop = threading.Event()
+
+            def guarded(fn: Any, stop: threading.Event = stop) -> Any:
+                def run() -> None:
+                    while not stop.is_set():
+                        try:
+                            fn()
+                        except psycopg.errors.DeadlockDetected as exc:
+                            deadlocks.append(exc)
+                return run
+
+            def take() -> None:
+                nonlocal taken
+                got, _ = ledger.take_over_orphans(peer, other, ["wide"], 100)
+                taken += len(got)
+
+            threads = [threading.Thread(target=guarded(lambda: ledger.heartbeat_attempts(loop_conn, me, ids))),  # noqa: B023
+                       threading.Thread(target=guarded(take))]
+            for t in threads:
+                t.start()
+            outcomes = [Outcome(r.id, r.fence, "succeeded") for r in won]
+            random.Random(k).shuffle(outcomes)
+            for i in range(0, len(outcomes), 100):
+                try:
+                    ledger.finish_attempts(completer, outcomes[i:i + 100])
+                except psycopg.errors.DeadlockDetected as exc:
+                    deadlocks.append(exc)
+            stop.set()
+            for t in threads:
+                t.join()
+    finally:
+        for c in (loop_conn, completer, peer):
+            c.close()
+    assert deadlocks == []
+    assert taken > 0, "the peer took over none of the orphaned runs: the race was not exercised"
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status NOT IN ('succeeded', 'running')") == 0

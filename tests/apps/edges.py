@@ -93,3 +93,14 @@ replay_app = Runner()
                 track_from=datetime.now(UTC) - timedelta(seconds=30))
 def replay_fast(ctx: JobContext) -> None:
     pass
+
+
+# -- a schedule that changes across a downtime -----------------------------------------------
+# every 2 s before the change, every 3 s after it (EDGES_EVERY); misfire=skip decides the late
+# slots, so every slot of the downtime either gets a decision or stays in the gap scan
+change_app = Runner()
+
+
+@change_app.job("changing", every=os.environ.get("EDGES_EVERY", "2s"), misfire="skip", grace="1s")
+def changing(ctx: JobContext) -> None:
+    pass
