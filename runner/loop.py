@@ -32,6 +32,13 @@ most, until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share 
 order of claims, never an exclusion: every row is still claimed by one INSERT ... ON CONFLICT
 DO NOTHING, and whoever inserts first owns the run.
 
+Each tick runs the loop's *duties* (runner/duties.py) in a fixed order written down in
+``Worker._make_duties``: timeouts, fan-out, steal, claims, misfire, then every poll interval
+requeue_waiting, shares, takeover and retries, then the backfill lane, beats and the clock.
+Each duty has its own cadence and error boundary: one that raises is logged, counted
+(``runner_duty_failures_total{duty}``) and retried with backoff while the others go on; only
+a lost lock session goes up to the loop, which reconnects.
+
 The loop sleeps until the next slot of any job or the poll interval, whichever is sooner,
 and wakes at once when a handler finishes while work is waiting. Slot instants are compared
 with the database clock (an offset measured at start and refreshed every minute), and the
@@ -76,6 +83,7 @@ from runner import __version__, backfill, gapscan, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext
+from runner.duties import Duties, Duty
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
 from runner.fanout import MAX_PARTITIONS, plan_slot
@@ -213,10 +221,6 @@ class Worker:
         self._late: dict[str, list[misfire.LateRange]] = {}
         self._late_retry: dict[str, float] = {}  # job -> monotonic time before which not to retry
         self._offset = 0.0  # database clock minus local clock, seconds
-        self._next_poll = 0.0
-        self._next_beat = 0.0
-        self._next_instance_beat = 0.0
-        self._next_clock_check = 0.0
         self._next_lane = 0.0
         self._lane_due = False
         self._lane_runs: set[int] = set()  # runs the backfill lane started, still running
@@ -229,6 +233,7 @@ class Worker:
         self._backlog_cap = self.config.backlog_cap
         leases = [j.lease.total_seconds() for j in self.jobs.values()] or [60.0]
         self._beat_every = min(max(min(leases) / 3, 0.5), 10.0)
+        self.duties = self._make_duties()
         self.stats = {"claimed": 0, "conflicts": 0, "succeeded": 0, "failed": 0, "stale": 0,
                       "recovered": 0, "timed_out": 0, "released": 0, "stolen": 0}
 
@@ -338,13 +343,12 @@ class Worker:
         lease shorter than the grace must not make peers end this session and re-run work
         that is finishing normally."""
         mono = time.monotonic()
-        if mono < self._next_beat or not self._session_alive():
+        beats = self.duties["beats"]
+        if mono < beats.next_at or not self._session_alive():
             return
-        self._next_beat = mono + self._beat_every
-        with self._active_lock:
-            ids = list(self._held)
+        beats.next_at = mono + self._beat_every
         try:
-            ledger.heartbeat_attempts(self._conn(), self.owner, ids)
+            self._beat()
             ledger.heartbeat_instance(self._conn(), self.owner)
         except psycopg.Error as exc:
             log.warning("heartbeat during shutdown failed: %s", _first_line(exc))
@@ -355,43 +359,89 @@ class Worker:
         """The database clock, estimated locally."""
         return datetime.fromtimestamp(time.time() + self._offset, UTC)
 
+    def _make_duties(self) -> Duties:
+        """The tick's duties, in the order they see the ledger (runner/duties.py: each has its
+        own cadence and error boundary; a failing duty is retried, the others go on):
+
+        1. ``timeouts``: give up handlers past their timeout, so their capacity is known;
+        2. ``fan_out``: due slots become claims (slots past grace become late ranges);
+        3. ``steal``: other runners' shares of a slot whose time is up;
+        4. ``claims``: on-time claims, before anything else touches the ledger this tick;
+        5. ``misfire``: late ranges decided after this tick's claims (a range is fixed when it
+           is handed over, so on-time claims cannot hide late slots);
+        6. every poll interval: ``requeue_waiting`` (overlap=wait rows back in line),
+           ``shares`` (who serves which share), ``takeover`` (dead and hung owners) before
+           ``retries`` (due retries and queued runs: catch-up, reruns, approvals), so recovery
+           takes capacity first;
+        7. ``lane``: the backfill lane, below realtime (see ``_lane``);
+        8. ``beats``, ``instance_beat``, ``clock``: liveness and the database clock's offset;
+        9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
+        """
+        poll = self.config.poll_interval
+        return Duties([
+            Duty("timeouts", self._enforce_timeouts),
+            Duty("fan_out", lambda: self._fan_out(self.now())),
+            Duty("steal", self._steal),
+            Duty("claims", self._claim_free),
+            Duty("misfire", self._decide_misfires),
+            Duty("requeue_waiting", self._requeue_waiting, every=poll),
+            Duty("shares", self._refresh_shares, every=poll),
+            Duty("takeover", self._take_over, every=poll),
+            Duty("retries", self._start_due_runs, every=poll),
+            Duty("lane", self._lane),
+            Duty("beats", self._beat, every=self._beat_every),
+            Duty("instance_beat", lambda: ledger.heartbeat_instance(self._conn(), self.owner),
+                 every=self.config.instance_heartbeat),
+            Duty("clock", self._measure_offset, every=60.0),
+            Duty("prepare", lambda: self._prepare(self.now()) if not self._pending else None),
+        ], self._session_alive, on_failure=lambda name: self.metrics.of(self.metrics.duty_failures,
+                                                                        name).inc(),
+            retry_after=poll)
+
     def tick(self) -> float:
-        """One pass: give up overdue handlers, fan out due slots, claim what capacity allows,
-        take over orphaned runs, start due retries, beat. Returns how long the loop may sleep."""
-        self._enforce_timeouts()
-        self._fan_out(self.now())
+        """One pass over the duties that are due (``_make_duties``: their order and why).
+        Returns how long the loop may sleep."""
+        if self._poll_soon:  # a catch-up run ended, or misfire decisions queued runs
+            self._poll_soon = False
+            self.duties["retries"].soon()
+        self.duties.run_due()
+        return self._sleep_for(self.now())
+
+    def _steal(self) -> None:
         if self._deferred and self._deferred[0].release <= time.monotonic():
             self._release_deferred()
+
+    def _claim_free(self) -> None:
         if self._free() > 0 and self._pending:
             self.claim(min(self._free(), self.config.claim_batch))
-        if self._late:
-            self._decide_misfires()
+
+    def _requeue_waiting(self) -> None:
+        if self._waiting:  # back in line; late ones become the misfire duty's
+            waiting, self._waiting = self._waiting, []
+            self._pending.extend(self._hand_late_claims(waiting))
+
+    def _take_over(self) -> None:
+        result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
+                                   default_lease=60.0)
+        self.stats["recovered"] += len(result.taken)
+        for r in result.taken:
+            self.metrics.of(self.metrics.takeovers, r.job_name).inc()
+        self._start(result.taken)
+
+    def _start_due_runs(self) -> None:
+        if self._free() > 0:
+            _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
+            self._start(runs)
+
+    def _lane(self) -> None:
+        """The backfill lane (runner/backfill.py), below realtime: after this tick's slots,
+        takeovers and retries; with at most half of the free capacity, and none while due
+        slots still wait to be claimed. Every poll interval, and on the tick after one of the
+        lane's runs finished or a pass claimed some (so a plan keeps its concurrency busy); the
+        pass also pauses and completes plans. It yields to a slot due within LANE_YIELD, so that
+        its statements do not hold up that slot's claim (for one poll interval at most: many
+        jobs of different periods may leave no quiet moment)."""
         mono = time.monotonic()
-        if self._poll_soon:
-            self._poll_soon = False
-            self._next_poll = 0.0
-        if mono >= self._next_poll:
-            self._next_poll = mono + self.config.poll_interval
-            if self._waiting:  # back in line; late ones become the misfire duty's
-                waiting, self._waiting = self._waiting, []
-                self._pending.extend(self._hand_late_claims(waiting))
-            self._refresh_shares()  # a runner started or stopped: the shares change within a poll
-            result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
-                                       default_lease=60.0)
-            self.stats["recovered"] += len(result.taken)
-            for r in result.taken:
-                self.metrics.of(self.metrics.takeovers, r.job_name).inc()
-            self._start(result.taken)
-            if self._free() > 0:
-                _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
-                self._start(runs)
-        # -- backfill lane (runner/backfill.py), below realtime: after this tick's slots,
-        # takeovers and retries; with at most half of the free capacity, and none while due
-        # slots still wait to be claimed. Every poll interval, and on the tick after one of
-        # the lane's runs finished or a pass claimed some (so a plan keeps its concurrency
-        # busy); the pass also pauses and completes plans. It yields to a slot due within
-        # LANE_YIELD, so that its statements do not hold up that slot's claim (for one poll
-        # interval at most: many jobs of different periods may leave no quiet moment).
         limit = 0 if self._pending else self._free() // 2
         by_poll = mono >= self._next_lane
         overdue = mono >= self._next_lane + self.config.poll_interval
@@ -404,20 +454,11 @@ class Worker:
             if started or limit == 0:  # more may be claimable (never reset here: a lane run
                 self._lane_due = True  # that finished meanwhile set it)
             self._start(started)
-        if mono >= self._next_beat:
-            self._next_beat = mono + self._beat_every
-            with self._active_lock:  # running, and returned but not yet recorded
-                ids = list(self._held)
-            ledger.heartbeat_attempts(self._conn(), self.owner, ids)
-        if mono >= self._next_instance_beat:
-            self._next_instance_beat = mono + self.config.instance_heartbeat
-            ledger.heartbeat_instance(self._conn(), self.owner)
-        if mono >= self._next_clock_check:
-            self._next_clock_check = mono + 60.0
-            self._measure_offset()
-        if not self._pending:
-            self._prepare(self.now())
-        return self._sleep_for(self.now())
+
+    def _beat(self) -> None:
+        with self._active_lock:  # running, and returned but not yet recorded
+            ids = list(self._held)
+        ledger.heartbeat_attempts(self._conn(), self.owner, ids)
 
     def _slot_within(self, seconds: float) -> bool:
         nearest = min(self._next_slot.values(), default=None)
@@ -479,7 +520,7 @@ class Worker:
                 if not ranges:
                     del self._late[name]
         if started:
-            self._next_poll = 0.0  # start the catch-up runs now
+            self.duties["retries"].soon()  # start the catch-up runs now
 
     def _fan_out(self, now: datetime) -> None:
         for name, job in self.jobs.items():
@@ -715,7 +756,8 @@ class Worker:
         if self._pending and self._free() > 0:
             return 0.0
         next_slot = min(self._next_slot.values(), default=None)
-        delay = max(min(self._next_poll, self._next_beat) - time.monotonic(), 0.0)
+        nearest = self.duties.next_due()
+        delay = max((nearest if nearest is not None else time.monotonic() + 1.0) - time.monotonic(), 0.0)
         with self._active_lock:
             deadlines = [a.deadline for a in self._active.values() if a.deadline is not None]
         if deadlines:

@@ -39,6 +39,8 @@ class Metrics:
         self.takeovers = Counter("runner_takeovers", "Runs taken over from a lost owner", ["job"], registry=r)
         self.last_success = Gauge("runner_last_success_timestamp_seconds", "Last recorded success",
                                   ["job"], registry=r)
+        self.duty_failures = Counter("runner_duty_failures", "Loop duties that failed (retried)", ["duty"],
+                                     registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
 

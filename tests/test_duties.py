@@ -1,0 +1,92 @@
+"""The loop's duties (runner/duties.py): each has its own error boundary, so one that fails is
+retried and never stops the others; their order is the documented one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from runner import JobContext, Runner, takeover
+from runner.duties import Duties, Duty
+from runner.loop import Worker
+from tests.support import assert_ledger_clean, eventually, running_worker, scalar
+
+
+def test_a_failing_duty_is_retried_and_the_others_go_on() -> None:
+    ran: list[str] = []
+    calls = {"bad": 0}
+
+    def bad() -> None:
+        calls["bad"] += 1
+        raise RuntimeError("boom\nattempt_succeeded forged")
+
+    failed: list[str] = []
+    duties = Duties([Duty("first", lambda: ran.append("first")), Duty("bad", bad),
+                     Duty("last", lambda: ran.append("last"))],
+                    session_alive=lambda: True, on_failure=failed.append, retry_after=60.0)
+    duties.run_due()
+    duties.run_due()  # "bad" waits for its retry; the others run on every tick
+    assert ran == ["first", "last", "first", "last"]
+    assert calls["bad"] == 1 and failed == ["bad"]
+    assert duties["bad"].failures == 1 and duties.next_due() is not None
+    duties["bad"].soon()
+    duties.run_due()
+    assert calls["bad"] == 2 and duties["bad"].failures == 2
+
+
+def test_a_lost_session_goes_up_to_the_loop() -> None:
+    def lost() -> None:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    duties = Duties([Duty("lost", lost)], session_alive=lambda: False)
+    try:
+        duties.run_due()
+    except psycopg.OperationalError:
+        pass
+    else:
+        raise AssertionError("a lost lock session must reach the loop, which reconnects")
+
+
+def test_the_order_is_the_documented_one(db_url: str) -> None:
+    app = Runner()
+
+    @app.job("any", every="1h")
+    def handler(ctx: JobContext) -> None: ...
+
+    worker = Worker(app, db_url)
+    names = [d.name for d in worker.duties.order]
+    assert names == ["timeouts", "fan_out", "steal", "claims", "misfire", "requeue_waiting", "shares",
+                     "takeover", "retries", "lane", "beats", "instance_beat", "clock", "prepare"]
+    doc = Worker._make_duties.__doc__ or ""
+    positions = [doc.index(f"``{n}``") for n in names]
+    assert positions == sorted(positions), "the docstring lists the duties in another order"
+
+
+def test_a_takeover_pass_that_raises_does_not_stop_claims(db_url: str, monkeypatch: Any) -> None:
+    """The takeover duty fails on every pass (a bug, a transient error): slots keep being
+    claimed and run, the duties after it (retries, beats) still run, and the failure is
+    counted per duty. (When the tick was one method, a raising takeover pass skipped every
+    later step: retries, the lane and every heartbeat.)"""
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("takeover is broken")
+
+    monkeypatch.setattr(takeover, "run_once", broken)
+    app = Runner()
+
+    @app.job("tick", every="1s", max_attempts=3, backoff="0.1s")
+    def handler(ctx: JobContext) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    with running_worker(app, db_url, instance_heartbeat=0.2) as worker:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"
+                                          " AND attempt = 2") >= 3,
+                   timeout=30, message="slots ran, and were retried, while the takeover duty failed")
+        first = scalar(db_url, "SELECT heartbeat_at FROM runner.instances")
+        eventually(lambda: scalar(db_url, "SELECT heartbeat_at > %s FROM runner.instances", (first,)),
+                   timeout=30, message="the instance kept beating")
+        assert worker.duties["takeover"].failures >= 1
+        failures = worker.metrics.registry.get_sample_value("runner_duty_failures_total", {"duty": "takeover"})
+        assert failures is not None and failures >= 1
+    assert_ledger_clean(db_url)
