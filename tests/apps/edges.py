@@ -46,3 +46,13 @@ skip_app = Runner()
 @skip_app.job("pausable-skip", every="1s", misfire="skip", grace="1s")
 def pausable(ctx: JobContext) -> None:
     pass
+
+
+# -- a redeploy that changes the partitions (EDGES_PARTITIONS, comma-separated) ---------------
+repartition_app = Runner()
+
+
+@repartition_app.job("repartitioned", every="1s", grace="5s", misfire="skip",
+                     partitions=os.environ.get("EDGES_PARTITIONS", "a,b").split(","))
+def repartitioned(ctx: JobContext) -> None:
+    pass
