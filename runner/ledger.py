@@ -152,6 +152,12 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
     return tracked
 
 
+def schedules_since(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> dict[str, datetime]:
+    """Since when each job's current schedule is in force (runner.job_schedules)."""
+    rows = conn.execute(Q["schedules_since"], {"job_names": list(job_names)}).fetchall()
+    return {r[0]: _utc(r[1]) for r in rows}
+
+
 def paused_jobs(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> set[str]:
     rows = conn.execute(Q["paused_jobs"], {"job_names": list(job_names)}).fetchall()
     return {r[0] for r in rows}

@@ -261,12 +261,16 @@ class Worker:
         threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
                          args=(lambda: connect(self.url), self._stop,
                                self.config.watermark_interval)).start()
+        # slots due before a job's current schedule came into force are the earlier schedule's
+        # (a redeploy that changed it): this definition never claims them
+        since = ledger.schedules_since(self._lock_conn, list(self.jobs))
         now = self.now()
         for job in self.jobs.values():
-            # on-time slots from now on (within the job's tracked range); whatever was missed
-            # before is the misfire duty's
+            # on-time slots from now on (within the job's tracked range, under its current
+            # schedule); whatever was missed before is the misfire duty's
             cutoff = misfire.cutoff_for(job, now)
-            first = max(cutoff, tracked[job.name] - misfire.EPSILON)
+            first = max(cutoff, tracked[job.name] - misfire.EPSILON,
+                        since.get(job.name, tracked[job.name]) - misfire.EPSILON)
             self._next_slot[job.name] = job.schedule.next_after(first)
             if cutoff >= tracked[job.name]:  # the downtime, decided from the newest complete slot
                 self._hand_late(job.name, None, job.schedule.latest_at_or_before(cutoff))

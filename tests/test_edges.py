@@ -381,3 +381,31 @@ def test_a_completer_held_up_past_the_lease_keeps_its_session(db_url: str, tmp_p
         ("succeeded", 1)]
     assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status = 'abandoned'") == 0
     assert_ledger_clean(db_url)
+
+
+def test_a_redeploy_does_not_run_the_new_partitions_for_slots_before_the_change(
+        db_url: str, tmp_path: Path) -> None:
+    """Found by the model-based test (tests/test_model.py): a runner restarted at once with
+    new partitions used to claim the slots of the last ``grace`` seconds, due before the new
+    schedule's ``valid_from``, with the new partitions: runs of a partition the schedule then
+    in force did not have, and the old partitions of those slots left never started. The new
+    definition governs from its ``valid_from`` on; earlier slots are the old one's."""
+    old = RunnerProcess(f"{EDGES}:repartition_app", db_url, "--poll-interval", "0.1",
+                        env={"EDGES_PARTITIONS": "a,b"}, log=tmp_path / "old.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 4,
+                   timeout=30)
+    finally:
+        assert old.terminate() == 0, old.output()
+    new = RunnerProcess(f"{EDGES}:repartition_app", db_url, "--poll-interval", "0.1",
+                        env={"EDGES_PARTITIONS": "a,b,c"}, log=tmp_path / "new.log")
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE partition_key = 'c'"
+                                          " AND status = 'succeeded'") >= 2, timeout=30)
+    finally:
+        assert new.terminate() == 0, new.output()
+    changed_at = scalar(db_url, "SELECT max(valid_from) FROM runner.job_schedules WHERE job_name = 'repartitioned'")
+    early = rows(db_url, "SELECT schedule_slot, partition_key, trigger FROM runner.job_runs"
+                         " WHERE partition_key = 'c' AND schedule_slot < %s", (changed_at,))
+    assert early == [], f"partition c ran for slots before its schedule's valid_from {changed_at}"
+    assert_ledger_clean(db_url)

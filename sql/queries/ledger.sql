@@ -58,6 +58,13 @@ WHERE j.job_name = %(job_name)s
           (j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
            j.dynamic_partitions))
 
+-- name: schedules_since
+-- Since when each job's current schedule is in force (its newest runner.job_schedules row):
+-- slots before that were due under an earlier schedule, and are judged by it.
+SELECT s.job_name, max(s.valid_from) FROM runner.job_schedules s
+WHERE s.job_name = ANY(%(job_names)s::text[])
+GROUP BY s.job_name
+
 -- name: paused_jobs
 SELECT job_name FROM runner.jobs WHERE paused AND job_name = ANY(%(job_names)s::text[])
 

@@ -104,3 +104,13 @@ change_app = Runner()
 @change_app.job("changing", every=os.environ.get("EDGES_EVERY", "2s"), misfire="skip", grace="1s")
 def changing(ctx: JobContext) -> None:
     pass
+
+
+# -- a redeploy that changes the partitions (EDGES_PARTITIONS, comma-separated) ---------------
+repartition_app = Runner()
+
+
+@repartition_app.job("repartitioned", every="1s", grace="5s", misfire="skip",
+                     partitions=os.environ.get("EDGES_PARTITIONS", "a,b").split(","))
+def repartitioned(ctx: JobContext) -> None:
+    pass

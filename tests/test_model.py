@@ -1,0 +1,531 @@
+"""Model-based tests of the loop: a hypothesis state machine drives real ``runner start``
+processes (tests/apps/model_app.py) against a real database through random sequences of time
+passing, outages (every runner frozen with SIGSTOP, every runner stopped, or the database
+refusing connections), restarts, ``kill -9``, pauses and resumes through the CLI, schedule,
+partition and misfire-policy changes (a restart with a rewritten control file), dynamic
+partition changes and handler behaviour changes (read live: failures, ``Permanent``, slow
+handlers, one-shot crashes that kill the process), and lost lock sessions
+(``pg_terminate_backend``).
+
+After every step the test waits until the runners have settled (a condition on the ledger:
+every runner up and registered on a live lock session, no running attempt without its lock
+holder), then ``runner check --json`` must report no violation, and the model's own checks
+hold: no attempt recorded succeeded whose handler did not return, no new attempt of a paused
+job. At the end of each example it also checks, from the schedule history the model applied,
+that every expected slot x partition is accounted for (succeeded, skipped, coalesced, dead,
+awaiting_approval or cancelled) or listed in ``runner.missing_slots``, and that no run exists
+for a slot the schedule history does not expect.
+
+Tiers (``RUNNER_MODEL_TIER``): ``ci`` (default: a fixed seed, a couple of examples, about two
+minutes) and ``long`` (``RUNNER_MODEL_EXAMPLES`` x ``RUNNER_MODEL_STEPS``, 40 x 30 by
+default, seed ``RUNNER_MODEL_SEED`` or a random one that is printed). A failing example
+writes its step log and the runners' logs under the test's tmp directory (the assertion
+message says where); with ``RUNNER_MODEL_KEEP=1`` its database is kept too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from psycopg import sql
+
+from tests.conftest import url_for
+from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
+
+pytestmark = pytest.mark.slow
+
+APP = "tests/apps/model_app.py:app"
+JOBS = ("m-static", "m-dynamic", "m-single")
+MODES = ("ok", "raise", "permanent", "slow")
+EVERY = ("1s", "2s", "3s")
+STATIC_PARTITIONS = (["a", "b"], ["a", "b", "c"], ["b"], ["c", "d"])
+DYNAMIC_PARTITIONS = (["t1", "t2"], ["t1", "t2", "t3"], ["t3"], ["t2", "t4", "t5"])
+MISFIRE = ("coalesce", "skip", "replay", "manual")
+RUNNER_ARGS = ("--poll-interval", "0.2", "--grace", "1", "--workers", "4")
+SETTLED = ("succeeded", "skipped", "coalesced", "dead", "awaiting_approval", "cancelled")
+
+TIER = os.environ.get("RUNNER_MODEL_TIER", "ci")
+
+MODEL_SCHEMA = """
+CREATE SCHEMA model;
+CREATE TABLE model.executions (
+    id bigserial PRIMARY KEY, job_name text NOT NULL, schedule_slot timestamptz NOT NULL,
+    partition_key text NOT NULL, fence bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+    phase text NOT NULL, mode text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+"""
+
+LOCK_HELD = """
+EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+          AND l.classid = ((a.lock_key >> 32) & 4294967295)::oid
+          AND l.objid = (a.lock_key & 4294967295)::oid)"""
+
+ORPHANS = f"SELECT a.id FROM runner.attempts a WHERE a.status = 'running' AND NOT {LOCK_HELD}"
+
+REGISTERED = """
+SELECT count(*) FROM runner.instances i
+WHERE i.pid = %s AND i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '6 seconds'
+  AND EXISTS (SELECT 1 FROM pg_stat_activity s WHERE s.pid = i.backend_pid)"""
+
+SUCCESS_WITHOUT_RETURN = """
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, a.fence, a.trigger
+FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id
+WHERE a.status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM model.executions e
+                  WHERE e.job_name = r.job_name AND e.schedule_slot = r.schedule_slot
+                    AND e.partition_key = r.partition_key AND e.fence = a.fence
+                    AND e.phase = 'returned')"""
+
+STARTED_WHILE_PAUSED = """
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, a.fence, a.trigger, a.started_at
+FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id
+WHERE r.job_name = %s AND a.trigger <> 'recovery'
+  AND a.started_at > %s::timestamptz + interval '1 second'
+  AND (%s::timestamptz IS NULL OR a.started_at < %s::timestamptz)"""
+
+
+def _every_seconds(every: str) -> int:
+    assert every.endswith("s")
+    return int(every[:-1])
+
+
+class Runners:
+    """The runner processes of one example, and the supervisor that restarts the ones whose
+    handler killed them."""
+
+    def __init__(self, url: str, directory: Path, control: Path) -> None:
+        self.url = url
+        self.dir = directory
+        self.env = {"MODEL_CONTROL": str(control)}
+        self.procs: list[RunnerProcess | None] = [None, None]
+        self.starts = itertools.count()
+        self.exits: list[tuple[int, int, str]] = []  # (slot, code, log) of unexpected exits
+        self.crash_exits = 0
+        self.frozen = False
+
+    def start(self, i: int) -> None:
+        assert self.procs[i] is None
+        n = next(self.starts)
+        self.procs[i] = RunnerProcess(APP, self.url, *RUNNER_ARGS, env=self.env,
+                                      log=self.dir / f"runner-{i}-{n}.log")
+
+    def live(self) -> list[int]:
+        return [i for i, p in enumerate(self.procs) if p is not None]
+
+    def pid(self, i: int) -> int:
+        proc = self.procs[i]
+        assert proc is not None
+        return proc.proc.pid
+
+    def stop(self, i: int) -> None:
+        proc = self.procs[i]
+        assert proc is not None
+        code = proc.terminate(timeout=60)
+        self.procs[i] = None
+        self._judge(i, code, proc, expected=(0,))
+
+    def kill(self, i: int) -> None:
+        proc = self.procs[i]
+        assert proc is not None
+        proc.kill()
+        self.procs[i] = None
+
+    def signal_all(self, signum: int) -> None:
+        for i in self.live():
+            proc = self.procs[i]
+            assert proc is not None
+            if proc.proc.poll() is None:
+                os.kill(proc.proc.pid, signum)
+        self.frozen = signum == signal.SIGSTOP
+
+    def supervise(self) -> None:
+        """Restart the runners that exited on their own (a handler's os._exit)."""
+        for i in self.live():
+            proc = self.procs[i]
+            assert proc is not None
+            code = proc.proc.poll()
+            if code is not None:
+                proc.kill()
+                self.procs[i] = None
+                self._judge(i, code, proc, expected=())
+                self.start(i)
+
+    def _judge(self, i: int, code: int, proc: RunnerProcess, expected: tuple[int, ...]) -> None:
+        if code == 3:  # a handler's one-shot crash (tests/apps/model_app.py)
+            self.crash_exits += 1
+        elif code not in expected:
+            self.exits.append((i, code, proc.output()[-3000:]))
+
+    def registered(self) -> bool:
+        return all(scalar(self.url, REGISTERED, (self.pid(i),)) == 1 for i in self.live())
+
+    def shutdown(self) -> None:
+        if self.frozen:
+            self.signal_all(signal.SIGCONT)
+        for i in self.live():
+            proc = self.procs[i]
+            assert proc is not None
+            proc.kill()
+            self.procs[i] = None
+
+
+class LoopModel(RuleBasedStateMachine):
+    """One example: a fresh database, one or two runners, and the model of what was done."""
+
+    template: str = ""  # set by the test: the migrated template database
+    workdir: Path = Path()
+    stats: ClassVar[dict[str, int]] = {}
+    counter = itertools.count()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = next(self.counter)
+        self.stats["examples"] = self.stats.get("examples", 0) + 1
+        self.dbname = f"runner_model_{os.getpid()}_{self.n}"
+        with psycopg.connect(url_for("postgres"), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.dbname)))
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(self.dbname), sql.Identifier(self.template)))
+        self.url = url_for(self.dbname)
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(MODEL_SCHEMA)
+        self.dir = self.workdir / f"example-{self.n}"
+        self.dir.mkdir(parents=True)
+        self.control_path = self.dir / "control.json"
+        self.control: dict[str, Any] = {
+            "jobs": {
+                "m-static": {"every": "1s", "partitions": ["a", "b"], "misfire": "coalesce"},
+                "m-dynamic": {"every": "1s", "misfire": "skip"},
+                "m-single": {"every": "2s", "overlap": "skip", "misfire": "replay"},
+            },
+            "dynamic_partitions": ["t1", "t2"],
+            "behaviour": {job: {"mode": "ok", "crashes": 0} for job in JOBS},
+        }
+        self._write_control()
+        self.t0 = time.monotonic()
+        self.log: list[str] = []
+        self.paused: dict[str, datetime] = {}  # job -> when the pause was written
+        self.pauses: list[tuple[str, datetime, datetime | None]] = []
+        self.failed = False
+        self.runners = Runners(self.url, self.dir, self.control_path)
+        self.runners.start(0)
+        self._note("start runner 0")
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _write_control(self) -> None:
+        tmp = self.control_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.control))
+        tmp.replace(self.control_path)  # atomic: a handler never reads half a file
+
+    def _note(self, what: str) -> None:
+        self.log.append(f"{time.monotonic() - self.t0:7.2f}s {what}")
+        self.stats["steps"] = self.stats.get("steps", 0) + 1
+
+    def _db_now(self) -> datetime:
+        value = scalar(self.url, "SELECT now()")
+        assert isinstance(value, datetime)
+        return value
+
+    def _restart_all(self) -> None:
+        """A new configuration: every runner stopped, then started (no two versions at once)."""
+        live = self.runners.live()
+        for i in live:
+            self.runners.stop(i)
+        for i in live:
+            self.runners.start(i)
+
+    def _fail(self, title: str, detail: str) -> None:
+        self.failed = True
+        report = self.dir / "FAILURE.txt"
+        logs = []
+        for path in sorted(self.dir.glob("runner-*.log")):
+            text = path.read_text()
+            logs.append(f"== {path.name} (last 4000 chars)\n{text[-4000:]}")
+        report.write_text(f"{title}\n{detail}\n\n== steps\n" + "\n".join(self.log) + "\n\n"
+                          + "\n".join(logs))
+        raise AssertionError(f"{title} (example {self.n}, report {report}):\n{detail[:4000]}\n"
+                             "steps:\n" + "\n".join(self.log))
+
+    # -- steps ------------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 3.0]))
+    def time_passes(self, seconds: float) -> None:
+        self._note(f"time passes {seconds}s")
+        time.sleep(seconds)  # the step itself is time passing
+
+    @rule(i=st.integers(0, 1))
+    def restart(self, i: int) -> None:
+        if self.runners.procs[i] is None:
+            self._note(f"start runner {i}")
+            self.runners.start(i)
+            return
+        self._note(f"restart runner {i} (SIGTERM, start)")
+        self.runners.stop(i)
+        self.runners.start(i)
+
+    @precondition(lambda self: len(self.runners.live()) == 2)
+    @rule(i=st.integers(0, 1))
+    def stop_one(self, i: int) -> None:
+        self._note(f"stop runner {i}")
+        self.runners.stop(i)
+
+    @precondition(lambda self: self.runners.live())
+    @rule(i=st.integers(0, 1), restart_after=st.sampled_from([0.0, 1.0, 4.0]))
+    def kill_9(self, i: int, restart_after: float) -> None:
+        live = self.runners.live()
+        i = live[i % len(live)]
+        self._note(f"kill -9 runner {i}, start again after {restart_after}s")
+        self.runners.kill(i)
+        time.sleep(restart_after)  # the downtime itself
+        self.runners.start(i)
+
+    @rule(kind=st.sampled_from(["freeze", "stop", "database"]), seconds=st.sampled_from([3.0, 5.0, 8.0]))
+    def outage(self, kind: str, seconds: float) -> None:
+        """Longer than the jobs' grace (2 s): the slots due meanwhile are late."""
+        self._note(f"outage: {kind} for {seconds}s")
+        if kind == "freeze":
+            self.runners.signal_all(signal.SIGSTOP)
+            time.sleep(seconds)  # the outage itself
+            self.runners.signal_all(signal.SIGCONT)
+        elif kind == "stop":
+            live = self.runners.live()
+            for i in live:
+                self.runners.stop(i)
+            time.sleep(seconds)
+            for i in live:
+                self.runners.start(i)
+        else:
+            name = sql.Identifier(self.dbname)
+            with psycopg.connect(url_for("postgres"), autocommit=True) as conn:
+                conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(name))
+                try:
+                    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                 " WHERE datname = %s AND pid <> pg_backend_pid()", (self.dbname,))
+                    time.sleep(seconds)
+                finally:
+                    conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(name))
+
+    @precondition(lambda self: self.runners.live())
+    @rule(i=st.integers(0, 1))
+    def lose_session(self, i: int) -> None:
+        live = self.runners.live()
+        i = live[i % len(live)]
+        pid = self.runners.pid(i)
+        ended = scalar(self.url, "SELECT count(pg_terminate_backend(backend_pid)) FROM runner.instances"
+                                 " WHERE pid = %s AND stopped_at IS NULL AND backend_pid IS NOT NULL", (pid,))
+        self._note(f"lose the lock session of runner {i} ({ended} ended)")
+
+    @rule(job=st.sampled_from(JOBS))
+    def pause_or_resume(self, job: str) -> None:
+        if job in self.paused:
+            before = self._db_now()
+            done = run_cli("resume", job, "--reason", "model resume", "--yes", url=self.url)
+            assert done.returncode == 0, done.stderr
+            self.pauses.append((job, self.paused.pop(job), before))
+            self._note(f"resume {job}")
+        else:
+            done = run_cli("pause", job, "--reason", "model pause", "--yes", url=self.url)
+            assert done.returncode == 0, done.stderr
+            self.paused[job] = self._db_now()
+            self._note(f"pause {job}")
+
+    @rule(job=st.sampled_from(JOBS), every=st.sampled_from(EVERY))
+    def change_schedule(self, job: str, every: str) -> None:
+        self._note(f"schedule of {job}: every {every} (restart all)")
+        self.control["jobs"][job]["every"] = every
+        self._write_control()
+        self._restart_all()
+
+    @rule(partitions=st.sampled_from(STATIC_PARTITIONS))
+    def change_static_partitions(self, partitions: list[str]) -> None:
+        self._note(f"static partitions of m-static: {partitions} (restart all)")
+        self.control["jobs"]["m-static"]["partitions"] = partitions
+        self._write_control()
+        self._restart_all()
+
+    @rule(job=st.sampled_from(JOBS), policy=st.sampled_from(MISFIRE))
+    def change_misfire(self, job: str, policy: str) -> None:
+        self._note(f"misfire of {job}: {policy} (restart all)")
+        self.control["jobs"][job]["misfire"] = policy
+        self._write_control()
+        self._restart_all()
+
+    @rule(partitions=st.sampled_from(DYNAMIC_PARTITIONS))
+    def change_dynamic_partitions(self, partitions: list[str]) -> None:
+        self._note(f"dynamic partitions of m-dynamic: {partitions} (live)")
+        self.control["dynamic_partitions"] = partitions
+        self._write_control()
+
+    @rule(job=st.sampled_from(JOBS), mode=st.sampled_from(MODES), seconds=st.sampled_from([1.0, 4.0]))
+    def handler_behaviour(self, job: str, mode: str, seconds: float) -> None:
+        self._note(f"handler of {job}: {mode}" + (f" {seconds}s" if mode == "slow" else "") + " (live)")
+        self.control["behaviour"][job].update({"mode": mode, "seconds": seconds})
+        self._write_control()
+
+    @rule(job=st.sampled_from(JOBS), n=st.integers(1, 3))
+    def crash(self, job: str, n: int) -> None:
+        self._note(f"handler of {job}: {n} one-shot crash(es) (os._exit)")
+        self.control["behaviour"][job]["crashes"] += n
+        self._write_control()
+
+    # -- after every step ---------------------------------------------------------------
+
+    def _settled(self) -> bool:
+        self.runners.supervise()
+        return self.runners.registered() and not rows(self.url, ORPHANS)
+
+    @invariant()
+    def ledger_is_sound(self) -> None:
+        try:
+            eventually(self._settled, timeout=60, interval=0.1, message="the runners settle")
+        except AssertionError as exc:
+            orphans = rows(self.url, ORPHANS + " LIMIT 10")
+            self._fail("the runners did not settle within 60 s", f"{exc}; orphaned attempts {orphans}")
+        if self.runners.exits:
+            i, code, out = self.runners.exits[0]
+            self._fail(f"runner {i} exited with code {code}", out)
+        checked = run_cli("check", "--json", url=self.url)
+        self.stats["checks"] = self.stats.get("checks", 0) + 1
+        if checked.returncode != 0:
+            found = checked.stdout or checked.stderr
+            time.sleep(3)  # a second look, to tell a lasting violation from a passing one
+            again = run_cli("check", "--json", url=self.url)
+            self._fail("runner check found violations",
+                       f"first look:\n{found}\nthree seconds later (exit {again.returncode}):\n"
+                       f"{again.stdout or again.stderr}")
+        unreturned = rows(self.url, SUCCESS_WITHOUT_RETURN)
+        if unreturned:
+            self._fail("an attempt recorded succeeded whose handler never returned", repr(unreturned))
+        for job, since in self.paused.items():
+            started = rows(self.url, STARTED_WHILE_PAUSED, (job, since, None, None))
+            if started:
+                self._fail(f"new attempts of paused job {job}", repr(started))
+        for job, since, until in self.pauses:
+            started = rows(self.url, STARTED_WHILE_PAUSED, (job, since, until, until))
+            if started:
+                self._fail(f"new attempts of job {job} while it was paused", repr(started))
+
+    def teardown(self) -> None:
+        try:
+            if not self.failed:
+                self._final_checks()
+        finally:
+            (self.dir / "steps.txt").write_text("\n".join(self.log) + "\n")
+            self.runners.shutdown()
+            if not self.failed or not os.environ.get("RUNNER_MODEL_KEEP"):
+                with psycopg.connect(url_for("postgres"), autocommit=True) as conn:
+                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(self.dbname)))
+
+    # -- at the end of an example ---------------------------------------------------------
+
+    def _final_checks(self) -> None:
+        """Every expected slot x partition, expanded here from the schedule history, is
+        accounted for or listed by the gap scan; no run is of a slot the history does not
+        expect; the history is the sequence of schedules the model applied."""
+        for i in self.runners.live():
+            self.runners.stop(i)
+        self._note("final: every runner stopped")
+        self.ledger_is_sound()
+        as_of = self._db_now()
+        listed = {(r[0], r[1], r[2]) for r in rows(
+            self.url, "SELECT job_name, schedule_slot, partition_key FROM runner.missing_slots_v1(%s)",
+            (as_of,))}
+        runs = {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows(
+            self.url, "SELECT job_name, schedule_slot, partition_key, status, trigger FROM runner.job_runs")}
+        fanouts = {(r[0], r[1]): r[2] for r in rows(
+            self.url, "SELECT job_name, schedule_slot, partitions FROM runner.slot_fanouts WHERE error IS NULL")}
+        slots_with_runs = {(job, slot) for job, slot, _ in runs}
+        dynamic_jobs = {r[0] for r in rows(self.url, "SELECT job_name FROM runner.jobs WHERE dynamic_partitions")}
+        problems: list[str] = []
+        expected_keys: set[tuple[str, datetime, str]] = set()
+        for job in JOBS:
+            track_from = scalar(self.url, "SELECT track_from FROM runner.jobs WHERE job_name = %s", (job,))
+            history = rows(self.url, "SELECT valid_from, every_interval, partitions, dynamic_partitions"
+                                     " FROM runner.job_schedules WHERE job_name = %s ORDER BY valid_from", (job,))
+            for k, (valid_from, every, partitions, dynamic) in enumerate(history):
+                lo = max(valid_from, track_from) if k else track_from
+                hi = history[k + 1][0] if k + 1 < len(history) else as_of + timedelta(microseconds=1)
+                step = int(every.total_seconds())
+                first = -(-int(lo.timestamp() * 1_000_000) // (step * 1_000_000)) * step
+                slot = datetime.fromtimestamp(first, UTC)
+                while slot < hi:
+                    if slot >= lo:
+                        if dynamic:
+                            keys = fanouts.get((job, slot))
+                            if keys is None:
+                                if (job, slot) not in slots_with_runs and (job, slot, None) not in listed:
+                                    problems.append(f"{job} {slot}: never fanned out, no run, not listed")
+                                slot += timedelta(seconds=step)
+                                continue
+                        else:
+                            keys = partitions or [""]
+                        for key in keys:
+                            expected_keys.add((job, slot, key))
+                            run = runs.get((job, slot, key))
+                            if (run is None or run[0] not in SETTLED) and (job, slot, key) not in listed:
+                                problems.append(f"{job} {slot} {key!r}: {run and run[0]}, not listed")
+                    slot += timedelta(seconds=step)
+        for (job, slot, key), (status, trigger) in runs.items():
+            if slot <= as_of and (job, slot, key) not in expected_keys and trigger not in ("manual", "backfill") \
+                    and not (job in dynamic_jobs and (job, slot) not in fanouts):
+                problems.append(f"{job} {slot} {key!r}: a run ({status}, {trigger}) of a slot the schedule"
+                                " history does not expect")
+        if problems:
+            self._fail("the final accounting of expected slots failed",
+                       "\n".join(problems[:50]) + f"\n({len(problems)} problems)")
+
+
+def _profile() -> settings:
+    common: dict[str, Any] = {
+        "deadline": None, "database": None, "suppress_health_check": list(HealthCheck),
+        "phases": (Phase.explicit, Phase.generate), "print_blob": False,
+    }
+    if TIER == "long":
+        return settings(max_examples=int(os.environ.get("RUNNER_MODEL_EXAMPLES", "40")),
+                        stateful_step_count=int(os.environ.get("RUNNER_MODEL_STEPS", "30")), **common)
+    return settings(max_examples=2, stateful_step_count=12, derandomize=True, **common)
+
+
+def test_the_loop_against_a_model(postgresql_server: Any, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Random sequences of steps (module docstring); the ledger audit and the model's checks
+    after each. CI tier: a fixed seed; RUNNER_MODEL_TIER=long for the longer local tier."""
+    from hypothesis import seed
+
+    LoopModel.template = postgresql_server.template_dbname
+    LoopModel.workdir = tmp_path
+    LoopModel.stats = {}
+    machine: Any = LoopModel
+    if TIER == "long":
+        chosen = int(os.environ.get("RUNNER_MODEL_SEED") or random.randrange(2**32))
+        machine = seed(chosen)(LoopModel)
+        with capsys.disabled():
+            print(f"\nmodel: long tier, seed {chosen}, work directory {tmp_path}")
+    started = time.monotonic()
+    try:
+        run_state_machine_as_test(machine, settings=_profile())
+    finally:
+        with capsys.disabled():
+            print(f"\nmodel: {LoopModel.stats} in {time.monotonic() - started:.0f}s")
