@@ -228,7 +228,7 @@ def start(
         min=0, max=65535, help="serve Prometheus metrics on this port")] = None,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
-    from runner.events import JsonFormatter
+    from runner.events import JsonFormatter, TextFormatter
     from runner.loop import LoopConfig, Worker
     from runner.metrics import Metrics
 
@@ -238,8 +238,7 @@ def start(
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, got {log_format!r}", 2)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("alembic", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
