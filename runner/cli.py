@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
+from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -27,7 +28,15 @@ from runner import approvals, audit, backfill, ledger, migrate, operate
 from runner.errors import JobDefinitionError
 from runner.loader import load_app
 from runner.printable import printable
-from runner.settings import ConfigError, DatabaseChoice, choose_database, lock_namespace, redact
+from runner.settings import (
+    ConfigError,
+    DatabaseChoice,
+    choose_database,
+    has_password,
+    lock_namespace,
+    redact,
+    redact_error,
+)
 from runner.sqlfiles import queries
 
 app = typer.Typer(
@@ -77,6 +86,10 @@ def _console() -> Console:
 def _resolve_db(flag: str | None) -> DatabaseChoice:
     choice = choose_database(flag)
     if choice is not None:
+        if choice.source == "flag" and _on_command_line("--database-url") and has_password(choice.url):
+            _say("runner: warning: a password in --database-url is visible to every local user (ps, "
+                 "/proc); pass the URL in RUNNER_DATABASE_URL, or the password in PGPASSWORD or a "
+                 "password file (PGPASSFILE, ~/.pgpass)", err=True)
         return choice
     from runner.embedded import embedded_url
 
@@ -86,6 +99,12 @@ def _resolve_db(flag: str | None) -> DatabaseChoice:
         err=True,
     )
     return DatabaseChoice(embedded_url(), "embedded")
+
+
+def _on_command_line(option: str) -> bool:
+    """Whether the option was given on the command line (not read from its environment
+    variable): what is on the command line, every local user can read."""
+    return any(arg == option or arg.startswith(option + "=") for arg in sys.argv[1:])
 
 
 @contextmanager
@@ -105,13 +124,20 @@ def _errors() -> Iterator[None]:
 
 def _connect(choice: DatabaseChoice) -> psycopg.Connection[Any]:
     try:
+        conninfo_to_dict(choice.url)
+    except psycopg.ProgrammingError:
+        # libpq's own message echoes the part it could not parse, the password included
+        raise ConfigError(f"the database URL cannot be parsed (a URL needs percent-encoding: a "
+                          f"space is %20): {redact(choice.url)}") from None
+    try:
         conn = psycopg.connect(choice.url, autocommit=True, connect_timeout=10,
                                application_name="runner-cli")
         conn.execute("SET TIME ZONE 'UTC'")  # every time the CLI prints is UTC
         return conn
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "connection failed"
-        raise ConfigError(f"cannot connect to the database {redact(choice.url)}: {redact(first)}") from None
+        raise ConfigError(f"cannot connect to the database {redact(choice.url)}: "
+                          f"{redact_error(first, choice.url)}") from None
 
 
 def _open_ledger(flag: str | None) -> tuple[DatabaseChoice, psycopg.Connection[Any]]:
