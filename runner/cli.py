@@ -91,14 +91,23 @@ def _resolve_db(flag: str | None) -> DatabaseChoice:
                  "/proc); pass the URL in RUNNER_DATABASE_URL, or the password in PGPASSWORD or a "
                  "password file (PGPASSFILE, ~/.pgpass)", err=True)
         return choice
-    from runner.embedded import embedded_url
+    from runner import embedded
 
-    _say(
-        "runner: no database configured (--database-url, RUNNER_DATABASE_URL, DATABASE_URL); "
-        "using the embedded PostgreSQL in ./.runner/",
-        err=True,
-    )
-    return DatabaseChoice(embedded_url(), "embedded")
+    server = embedded.start()
+    for note in server.notes:
+        _say(f"runner: {note}", err=True)
+    state = "started" if server.started else "running"
+    _say("runner: no database configured (--database-url, RUNNER_DATABASE_URL, DATABASE_URL); "
+         f"using the embedded PostgreSQL in {_relative(server.home)}/ ({state}; "
+         f"its log: {_relative(server.log_file)})", err=True)
+    return DatabaseChoice(server.url, "embedded")
+
+
+def _relative(path: Any) -> str:
+    try:
+        return str(path.relative_to(os.getcwd()))
+    except ValueError:
+        return str(path)
 
 
 def _on_command_line(option: str) -> bool:
