@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
+from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -26,7 +27,16 @@ from typer.core import TyperGroup
 from runner import approvals, audit, backfill, ledger, migrate, operate
 from runner.errors import JobDefinitionError
 from runner.loader import load_app
-from runner.settings import ConfigError, DatabaseChoice, choose_database, lock_namespace, redact
+from runner.printable import printable
+from runner.settings import (
+    ConfigError,
+    DatabaseChoice,
+    choose_database,
+    has_password,
+    lock_namespace,
+    redact,
+    redact_error,
+)
 from runner.sqlfiles import queries
 
 app = typer.Typer(
@@ -58,8 +68,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 
 
 
+def _say(message: str, err: bool = False) -> None:
+    """Every human-facing line: user text (keys, errors, reasons, --by, pause_when) is
+    shown with its control characters escaped (runner/printable.py); JSON output is not."""
+    typer.echo(printable(message), err=err)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"runner: error: {message}", err=True)
+    _say(f"runner: error: {message}", err=True)
     raise typer.Exit(code)
 
 
@@ -70,15 +86,34 @@ def _console() -> Console:
 def _resolve_db(flag: str | None) -> DatabaseChoice:
     choice = choose_database(flag)
     if choice is not None:
+        if choice.source == "flag" and _on_command_line("--database-url") and has_password(choice.url):
+            _say("runner: warning: a password in --database-url is visible to every local user (ps, "
+                 "/proc); pass the URL in RUNNER_DATABASE_URL, or the password in PGPASSWORD or a "
+                 "password file (PGPASSFILE, ~/.pgpass)", err=True)
         return choice
-    from runner.embedded import embedded_url
+    from runner import embedded
 
-    typer.echo(
-        "runner: no database configured (--database-url, RUNNER_DATABASE_URL, DATABASE_URL); "
-        "using the embedded PostgreSQL in ./.runner/",
-        err=True,
-    )
-    return DatabaseChoice(embedded_url(), "embedded")
+    server = embedded.start()
+    for note in server.notes:
+        _say(f"runner: {note}", err=True)
+    state = "started" if server.started else "running"
+    _say("runner: no database configured (--database-url, RUNNER_DATABASE_URL, DATABASE_URL); "
+         f"using the embedded PostgreSQL in {_relative(server.home)}/ ({state}; "
+         f"its log: {_relative(server.log_file)})", err=True)
+    return DatabaseChoice(server.url, "embedded")
+
+
+def _relative(path: Any) -> str:
+    try:
+        return str(path.relative_to(os.getcwd()))
+    except ValueError:
+        return str(path)
+
+
+def _on_command_line(option: str) -> bool:
+    """Whether the option was given on the command line (not read from its environment
+    variable): what is on the command line, every local user can read."""
+    return any(arg == option or arg.startswith(option + "=") for arg in sys.argv[1:])
 
 
 @contextmanager
@@ -98,13 +133,20 @@ def _errors() -> Iterator[None]:
 
 def _connect(choice: DatabaseChoice) -> psycopg.Connection[Any]:
     try:
+        conninfo_to_dict(choice.url)
+    except psycopg.ProgrammingError:
+        # libpq's own message echoes the part it could not parse, the password included
+        raise ConfigError(f"the database URL cannot be parsed (a URL needs percent-encoding: a "
+                          f"space is %20): {redact(choice.url)}") from None
+    try:
         conn = psycopg.connect(choice.url, autocommit=True, connect_timeout=10,
                                application_name="runner-cli")
         conn.execute("SET TIME ZONE 'UTC'")  # every time the CLI prints is UTC
         return conn
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "connection failed"
-        raise ConfigError(f"cannot connect to the database {redact(choice.url)}: {redact(first)}") from None
+        raise ConfigError(f"cannot connect to the database {redact(choice.url)}: "
+                          f"{redact_error(first, choice.url)}") from None
 
 
 def _open_ledger(flag: str | None) -> tuple[DatabaseChoice, psycopg.Connection[Any]]:
@@ -112,7 +154,7 @@ def _open_ledger(flag: str | None) -> tuple[DatabaseChoice, psycopg.Connection[A
     choice = _resolve_db(flag)
     conn = _connect(choice)
     if choice.embedded and migrate.current_revision(conn) != migrate.head_revision():
-        typer.echo("runner: migrating the embedded database to head", err=True)
+        _say("runner: migrating the embedded database to head", err=True)
         migrate.upgrade(choice.url)
     migrate.check_schema(conn, choice.url)
     return choice, conn
@@ -137,12 +179,13 @@ def _print_json(rows: list[dict[str, Any]]) -> None:
 
 
 def _print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    table = Table(title=title, show_lines=False)
+    table = Table(title=printable(title), show_lines=False)
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
         # Text, not str: names and partition keys are shown as they are, never as markup
-        table.add_row(*(Text("" if row.get(c) is None else _cell(row.get(c))) for c in columns))
+        # and with control characters escaped, like every human-facing line (_say)
+        table.add_row(*(Text("" if row.get(c) is None else printable(_cell(row.get(c)))) for c in columns))
     _console().print(table)
 
 
@@ -163,7 +206,7 @@ def db_upgrade(database_url: DbOpt = None, revision: str = "head") -> None:
         _connect(choice).close()
         migrate.upgrade(choice.url, revision)
         conn = _connect(choice)
-        typer.echo(f"runner schema at {migrate.current_revision(conn)} on {redact(choice.url)}")
+        _say(f"runner schema at {migrate.current_revision(conn)} on {redact(choice.url)}")
         conn.close()
 
 
@@ -174,7 +217,7 @@ def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt
         choice = _resolve_db(database_url)
         _connect(choice).close()
         migrate.downgrade(choice.url, revision)
-        typer.echo(f"runner schema downgraded to {revision}")
+        _say(f"runner schema downgraded to {revision}")
 
 
 @db_app.command("current")
@@ -189,8 +232,8 @@ def db_current(database_url: DbOpt = None, as_json: JsonOpt = False) -> None:
         if as_json:
             typer.echo(json.dumps({"current": current, "head": head, "up_to_date": current == head}))
         else:
-            typer.echo(f"current: {current or '(none: run `runner db upgrade`)'}")
-            typer.echo(f"head:    {head}")
+            _say(f"current: {current or '(none: run `runner db upgrade`)'}")
+            _say(f"head:    {head}")
 
 
 @db_app.command("sql")
@@ -220,7 +263,7 @@ def start(
         min=0, max=65535, help="serve Prometheus metrics on this port")] = None,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
-    from runner.events import JsonFormatter
+    from runner.events import JsonFormatter, TextFormatter
     from runner.loop import LoopConfig, Worker
     from runner.metrics import Metrics
 
@@ -230,8 +273,7 @@ def start(
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, got {log_format!r}", 2)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("alembic", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
@@ -378,7 +420,7 @@ def gaps(
         conn.close()
     if len(rows) > limit:
         rows = rows[:limit]
-        typer.echo(f"runner: showing the oldest {limit} gaps; there are more (--limit)", err=True)
+        _say(f"runner: showing the oldest {limit} gaps; there are more (--limit)", err=True)
     if as_json:
         _print_json(rows)
     else:
@@ -434,7 +476,7 @@ def _confirm(question: str, yes: bool) -> None:
     if not sys.stdin.isatty():
         fail("not confirmed: stdin is not a terminal to ask on; nothing written "
              "(pass --yes to confirm without a prompt)")
-    if not typer.confirm(question, default=False, err=True):
+    if not typer.confirm(printable(question), default=False, err=True):
         fail("not confirmed; nothing written")
 
 
@@ -490,22 +532,22 @@ def status(
     if report.alerts:
         _print_table("alerts", report.alerts, ["kind", "job_name", "owner", "run_id", "since", "detail"])
     else:
-        typer.echo("no alerts")
+        _say("no alerts")
 
 
 def _show_rerun(plan: operate.RerunPlan) -> None:
     run = plan.run
-    typer.echo(plan.run_label)
-    typer.echo(f"  status {run['status']}, trigger {run['trigger']}, attempt {run['attempt']} "
+    _say(plan.run_label)
+    _say(f"  status {run['status']}, trigger {run['trigger']}, attempt {run['attempt']} "
                f"(fence {run['fence']}), business date {run['business_date']}")
     if run["last_error"]:
-        typer.echo(f"  last error: {' '.join(run['last_error'].split())[:300]}")
+        _say(f"  last error: {' '.join(run['last_error'].split())[:300]}")
     if plan.attempts:
         _print_table(f"attempts of run {run['id']}", plan.attempts,
                      ["attempt", "fence", "trigger", "status", "owner_host", "owner_pid", "started_at",
                       "finished_at", "error_class", "error_message"])
     else:
-        typer.echo("  no attempts yet")
+        _say("  no attempts yet")
     if plan.effects is not None:
         if plan.effects:
             shown = [c for c in ("effect_key", "stage", "status", "send_count", "updated_at")
@@ -513,12 +555,12 @@ def _show_rerun(plan: operate.RerunPlan) -> None:
             _print_table(f"effects recorded for run {run['id']} (a rerun does not repeat confirmed ones)",
                          plan.effects, shown or list(plan.effects[0]))
         else:
-            typer.echo("  no effects recorded")
+            _say("  no effects recorded")
     if plan.refusal is None:
-        typer.echo(f"will set it pending (trigger manual) for a new attempt now; its {run['attempt']} "
+        _say(f"will set it pending (trigger manual) for a new attempt now; its {run['attempt']} "
                    "earlier attempt(s) stop counting against max_attempts")
         if run["job_paused"]:
-            typer.echo(f"note: job {run['job_name']!r} is paused: the attempt starts once it is resumed")
+            _say(f"note: job {run['job_name']!r} is paused: the attempt starts once it is resumed")
 
 
 @app.command()
@@ -552,7 +594,7 @@ def rerun(
         _print_value({"run": plan.run, "attempts": plan.attempts, "effects": plan.effects,
                       "request": request, "queued": queued})
     else:
-        typer.echo(f"run {queued['id']} is pending (trigger manual), due now; request {request['id']} "
+        _say(f"run {queued['id']} is pending (trigger manual), due now; request {request['id']} "
                    f"by {request['who']}")
 
 
@@ -565,9 +607,9 @@ def _pause_or_resume(job: str, paused: bool, reason: str, by: str | None, yes: b
         done = None
         if plan.changes:
             if not as_json:
-                typer.echo(f"job {job!r}: {plan.job['running']} run(s) running, {plan.job['queued']} "
+                _say(f"job {job!r}: {plan.job['running']} run(s) running, {plan.job['queued']} "
                            "queued (pending or waiting for a retry)")
-                typer.echo("will pause it: no new slot, retry or rerun starts until `runner resume`; "
+                _say("will pause it: no new slot, retry or rerun starts until `runner resume`; "
                            "running attempts finish" if paused else
                            "will resume it: new slots, and queued runs that are due, start again")
             _confirm(f"{'Pause' if paused else 'Resume'} job {job!r}?", yes)
@@ -577,9 +619,9 @@ def _pause_or_resume(job: str, paused: bool, reason: str, by: str | None, yes: b
         _print_value({"job": plan.job, "changed": done is not None,
                       "request": done["request"] if done else None})
     elif done is None:
-        typer.echo(f"job {job!r} is already {'paused' if paused else 'not paused'}; nothing written")
+        _say(f"job {job!r} is already {'paused' if paused else 'not paused'}; nothing written")
     else:
-        typer.echo(f"job {job!r} {'paused' if paused else 'resumed'}; request {done['request']['id']} "
+        _say(f"job {job!r} {'paused' if paused else 'resumed'}; request {done['request']['id']} "
                    f"by {done['request']['who']}")
 
 
@@ -650,35 +692,35 @@ def _show_impact(planned: backfill.BackfillPlan) -> None:
     s, spec = planned.summary(), planned.spec
     parts = (f" x partitions {', '.join(map(repr, planned.partitions))}" if planned.partitions
              else "")
-    typer.echo(f"backfill of job {spec.job_name!r}: {_plural(planned.slot_count, 'slot')} in "
+    _say(f"backfill of job {spec.job_name!r}: {_plural(planned.slot_count, 'slot')} in "
                f"[{spec.range_from.isoformat()}, {spec.range_to.isoformat()}){parts}: "
                f"{_plural(s['expected_runs'], 'run')}")
-    typer.echo(f"  already succeeded: {s['already_succeeded']}"
+    _say(f"  already succeeded: {s['already_succeeded']}"
                + ((" (forced: each gets a new attempt)" if spec.force
                    else " (left alone; --force runs them again)") if s["already_succeeded"] else ""))
-    typer.echo(f"  no run yet:        {s['will_insert']} (inserted, pending)")
+    _say(f"  no run yet:        {s['will_insert']} (inserted, pending)")
     requeue = _states(planned.states, backfill.REQUEUED)
-    typer.echo(f"  run again:         {s['will_requeue']}" + (f" ({requeue}): a new attempt of the same run"
+    _say(f"  run again:         {s['will_requeue']}" + (f" ({requeue}): a new attempt of the same run"
                                                               if requeue else ""))
     alone = {k: v for k, v in s["left_alone"].items() if k != "succeeded"}
     if alone:
-        typer.echo(f"  left alone:        {_states(alone, list(alone))} (running or queued already, "
+        _say(f"  left alone:        {_states(alone, list(alone))} (running or queued already, "
                    "or in another backfill)")
         for run in planned.running:
-            typer.echo(f"    running: run {run['id']} slot {run['schedule_slot'].isoformat()}"
+            _say(f"    running: run {run['id']} slot {run['schedule_slot'].isoformat()}"
                        + (f" partition {run['partition_key']!r}" if run["partition_key"] else "")
                        + f" (attempt {run['attempt']}, fence {run['fence']})")
     if planned.effects is not None:
         effects = ", ".join(f"{k} {v}" for k, v in sorted(planned.effects.items()))
-        typer.echo(f"  effects recorded:  {effects or 'none'}"
+        _say(f"  effects recorded:  {effects or 'none'}"
                    + (" (a confirmed effect is never sent again)" if effects else ""))
     limits = [f"lane {spec.lane!r}", f"concurrency {spec.concurrency}",
               f"rate {spec.rate:g}/s" if spec.rate else "rate unlimited",
               f"pause after {spec.max_failures} failure(s)" if spec.max_failures is not None
               else "no failure threshold"]
-    typer.echo(f"  runs with: {', '.join(limits)}")
+    _say(f"  runs with: {', '.join(limits)}")
     if spec.pause_when:
-        typer.echo(f"  pauses when: {spec.pause_when}  (now: {planned.pause_when_now})")
+        _say(f"  pauses when: {spec.pause_when}  (now: {planned.pause_when_now})")
 
 
 @backfill_app.command("create")
@@ -729,7 +771,7 @@ def backfill_create(
                 _print_value({"dry_run": True, **planned.summary()})
             else:
                 _show_impact(planned)
-                typer.echo("dry run: nothing written")
+                _say("dry run: nothing written")
             return
         if not as_json:
             _show_impact(planned)
@@ -742,7 +784,7 @@ def backfill_create(
                       "request": done["request"], "inserted": done["inserted"],
                       "requeued": len(done["requeued"]), "left_alone": done["left_alone"]})
     else:
-        typer.echo(f"backfill {plan_row['id']} running (replay group {plan_row['replay_group_id']}): "
+        _say(f"backfill {plan_row['id']} running (replay group {plan_row['replay_group_id']}): "
                    f"{done['inserted']} run(s) inserted, {len(done['requeued'])} queued again, "
                    f"{done['left_alone']} left alone; request {done['request']['id']} by "
                    f"{done['request']['who']}. Follow it: runner backfill show {plan_row['id']} --follow")
@@ -793,21 +835,21 @@ def _verify_line(plan: dict[str, Any]) -> str:
 
 def _show_progress(progress: backfill.Progress) -> None:
     p = progress.plan
-    typer.echo(f"backfill {p['id']} of job {p['job_name']!r}: {p['status']}"
+    _say(f"backfill {p['id']} of job {p['job_name']!r}: {p['status']}"
                + (f" ({p['pause_reason']})" if p["pause_reason"] else ""))
-    typer.echo(f"  range [{p['range_from'].isoformat()}, {p['range_to'].isoformat()})"
+    _say(f"  range [{p['range_from'].isoformat()}, {p['range_to'].isoformat()})"
                + (f", partitions {', '.join(map(repr, p['partitions']))}" if p["partitions"] else "")
                + f"; replay group {p['replay_group_id']}, lane {p['lane']!r}")
-    typer.echo(f"  concurrency {p['concurrency']}, "
+    _say(f"  concurrency {p['concurrency']}, "
                + (f"rate {p['rate']:g}/s" if p["rate"] is not None else "rate unlimited")
                + (f", pause after {p['max_failures']} failure(s)" if p["max_failures"] is not None else "")
                + (f", pause when: {p['pause_when']}" if p["pause_when"] else "")
                + (", forced" if p["force"] else ""))
-    typer.echo(f"  progress: {progress.done}/{progress.total} done ("
+    _say(f"  progress: {progress.done}/{progress.total} done ("
                + ", ".join(f"{k} {v}" for k, v in sorted(progress.counts.items())) + ")")
-    typer.echo(f"  requested by {p['requested_by']} at {p['created_at'].isoformat(timespec='seconds')}: "
+    _say(f"  requested by {p['requested_by']} at {p['created_at'].isoformat(timespec='seconds')}: "
                f"{p['reason']}")
-    typer.echo(f"  {_verify_line(p)}")
+    _say(f"  {_verify_line(p)}")
     if progress.failures:
         _print_table("failed and dead runs (newest first)", progress.failures,
                      ["id", "schedule_slot", "partition_key", "status", "attempt", "last_error"])
@@ -824,9 +866,9 @@ def _follow(conn: psycopg.Connection[Any], plan_id: int) -> backfill.Progress:
         while True:
             counts = progress.counts
             bar.update(task, total=progress.total, completed=progress.done,
-                       description=f"backfill {plan_id} {progress.plan['status']}: running "
+                       description=printable(f"backfill {plan_id} {progress.plan['status']}: running "
                                    f"{counts.get('running', 0)}, failed {counts.get('failed', 0)}, "
-                                   f"dead {counts.get('dead', 0)}")
+                                   f"dead {counts.get('dead', 0)}"))
             if progress.plan["status"] in ("completed", "cancelled", "paused"):
                 return progress
             time.sleep(1.0)  # the display's refresh interval
@@ -873,12 +915,12 @@ def _plan_action(plan_id: int, verb: str, reason: str, by: str | None, yes: bool
         _print_value({**done, "plan": after.as_dict()})
         return
     note = f"; {done['runs_cancelled']} queued run(s) cancelled" if "runs_cancelled" in done else ""
-    typer.echo(f"backfill {plan_id} is {after.plan['status']}{note}; request {done['request']['id']} by "
+    _say(f"backfill {plan_id} is {after.plan['status']}{note}; request {done['request']['id']} by "
                f"{done['request']['who']}")
     limit = after.plan["max_failures"]
     failures = after.counts.get("failed", 0) + after.counts.get("dead", 0)
     if verb == "resume" and limit is not None and failures > limit:
-        typer.echo(f"warning: {failures} failed or dead run(s) > max_failures={limit}: it pauses again "
+        _say(f"warning: {failures} failed or dead run(s) > max_failures={limit}: it pauses again "
                    "at the next pass unless resumed with a higher --max-failures", err=True)
 
 
@@ -940,7 +982,7 @@ def backfill_verify(
     if as_json:
         _print_value({**done, "plan": after.as_dict()})
     else:
-        typer.echo(f"{_verify_line(after.plan)}; request {done['request']['id']} by {done['request']['who']}")
+        _say(f"{_verify_line(after.plan)}; request {done['request']['id']} by {done['request']['who']}")
 
 
 def _decide(action: str, job: str, slot: str | None, range_from: str | None, range_to: str | None,
@@ -959,7 +1001,7 @@ def _decide(action: str, job: str, slot: str | None, range_from: str | None, ran
         if not as_json:
             _print_table(f"awaiting approval: {planned.describe()}", planned.runs,
                          ["id", "schedule_slot", "partition_key", "trigger", "attempt", "status_reason"])
-            typer.echo("will set them pending (trigger manual), due now, each with a full budget of "
+            _say("will set them pending (trigger manual), due now, each with a full budget of "
                        "attempts" if action == "approve" else "will record them skipped, with the reason")
         _confirm(f"{action.capitalize()} {_plural(len(planned.runs), 'run')} of job {job!r}?", yes)
         done = approvals.decide(conn, planned, why, by)
@@ -969,7 +1011,7 @@ def _decide(action: str, job: str, slot: str | None, range_from: str | None, ran
                       "request": done["request"]})
         return
     verb = "approved: pending, due now" if action == "approve" else "skipped"
-    typer.echo(f"{_plural(len(done['runs']), 'run')} {verb}; request {done['request']['id']} by "
+    _say(f"{_plural(len(done['runs']), 'run')} {verb}; request {done['request']['id']} by "
                f"{done['request']['who']}"
                + (f"; {len(done['left_alone'])} left alone (no longer awaiting approval)"
                   if done["left_alone"] else ""))

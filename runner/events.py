@@ -3,18 +3,31 @@ with ``--log-format json``.
 
 ``event(log, "job_claimed", job=..., slot=..., run_id=...)`` logs the message
 ``job_claimed job=... slot=...`` and carries the fields as record attributes, which the JSON
-formatter writes as keys. Event names (stable, scripts may match on them): job_claimed,
+formatter writes as keys.
+
+One record is one line, whatever user text it carries (an exception message from a
+partitions callable, a pause reason, a partition key): ``TextFormatter`` shows control,
+separator and bidi characters as escapes (runner/printable.py) and indents the lines of a
+traceback, so no line that is not a record starts like one; ``JsonFormatter`` writes one
+JSON object per line with C1 controls and U+2028/U+2029 escaped as well (JSON itself
+escapes only the C0 controls). An application that runs its runner in-process should give
+its log handlers one of these two formatters for the same guarantee.
+
+Event names (stable, scripts may match on them): job_claimed,
 job_claim_skipped, attempt_started, attempt_succeeded, attempt_failed, attempt_timed_out,
 outcome_refused, run_recovered, run_released, owner_ended, misfire_decision,
-runner_started, runner_stopped.
+lock_squatter, lock_squatter_ended, runner_started, runner_stopped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import date, datetime
 from typing import Any
+
+from runner.printable import printable
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -24,6 +37,31 @@ def event(log: logging.Logger, name: str, level: int = logging.INFO, **fields: A
         return
     text = " ".join(f"{k}={_text(v)}" for k, v in fields.items() if v is not None)
     log.log(level, "%s %s", name, text, extra={"event": name, "fields": fields})
+
+
+class TextFormatter(logging.Formatter):
+    """``ts LEVEL logger: message``, one line per record; a traceback follows on lines
+    indented by two spaces (never mistaken for a record of their own)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join("  " + printable(line) for line in super().formatException(ei).split("\n"))
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join("  " + printable(line) for line in stack_info.split("\n"))
+
+
+# what json.dumps(ensure_ascii=False) leaves raw but a terminal or a line reader acts on
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _text(value: Any) -> str:
@@ -67,4 +105,4 @@ class JsonFormatter(logging.Formatter):
                 out[key] = _json(value)
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
+        return _JSON_RAW.sub(_json_escape, json.dumps(out, ensure_ascii=False))

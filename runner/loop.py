@@ -681,9 +681,12 @@ class Worker:
             if not run.locked:
                 # a session outside this runner holds the run's key (an application sharing
                 # RUNNER_LOCK_NAMESPACE, or a squatter): a failed attempt that counts against
-                # max_attempts like any other, so the run ends dead, never retried forever
-                log.error("run %s: its advisory lock is held by another session; is "
-                          "RUNNER_LOCK_NAMESPACE shared with the application?", run.id)
+                # max_attempts like any other, so the run ends dead, never retried forever;
+                # the takeover duty ends the squatter where it may (runner/takeover.py)
+                log.error("run %s: attempt %s failed: its advisory lock key is held by a session "
+                          "that is not this runner's (a squatter, or an application sharing "
+                          "RUNNER_LOCK_NAMESPACE; runner.alerts names it: lock_squatter)",
+                          run.id, run.attempt)
                 self._finished.put((run, failure(run, job, LockUnavailable(
                     "advisory lock key held by another session"), None)))
                 continue
@@ -897,8 +900,10 @@ class Worker:
                 self._lock_conn = connect(self.url)
                 with self._active_lock:
                     mine = [(a.run.id, a.run.fence) for a in self._active.values()]
+                # peers see the new session first: a session holding runner keys that is not
+                # registered is a squatter to them (runner/takeover.py)
+                ledger.heartbeat_instance(self._conn(), self.owner)
                 kept = ledger.relock_runs(self._conn(), self.owner.namespace, mine)
-                ledger.heartbeat_instance(self._conn(), self.owner)  # peers see the new session
                 break
             except psycopg.OperationalError as exc:  # down, or cut again while re-locking
                 log.warning("database unreachable (%s); retrying in %.1fs", _first_line(exc), delay)

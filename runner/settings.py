@@ -53,14 +53,47 @@ def sqlalchemy_url(url: str) -> str:
     raise ConfigError(f"not a PostgreSQL URL: {redact(url)}")
 
 
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
-_PASSWORD_PARAM = re.compile(r"((?:^|[\s?&])password=)([^\s&]*)", re.IGNORECASE)
+# a URL's password: between "scheme://user:" and the first "@" (libpq ends the user info
+# there), spaces included (libpq refuses them, but its error would echo them)
+_PASSWORD_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:@/\s]*:)([^@/\n]*)(@)", re.IGNORECASE)
+# a password or sslpassword given as a keyword (password = 'a b', password=x) or as a URL
+# query argument (?sslpassword=x&...): a quoted value to its closing quote (or the end), else
+# up to a blank or '&'
+_PASSWORD_PARAM = re.compile(
+    r"((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE)
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by ``***``."""
-    url = _PASSWORD_IN_URL.sub(r"\1***\3", url)
-    return _PASSWORD_PARAM.sub(r"\1***", url)
+def redact(text: str) -> str:
+    """``text`` (a URL, a keyword/value string, or an error message that may echo either)
+    with every password replaced by ``***``."""
+    text = _PASSWORD_IN_URL.sub(r"\1***\3", text)
+    return _PASSWORD_PARAM.sub(r"\1***", text)
+
+
+def secrets_of(url: str) -> list[str]:
+    """The password and sslpassword a URL or keyword string carries (none when it cannot
+    be parsed: :func:`redact` then covers it)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except Exception:
+        return []
+    return [str(params[k]) for k in ("password", "sslpassword") if params.get(k)]
+
+
+def has_password(url: str) -> bool:
+    return bool(secrets_of(url)) or redact(url) != url
+
+
+def redact_error(text: str, url: str) -> str:
+    """An error message about connecting to ``url``: redacted, and without the URL's own
+    password values wherever the message echoes them."""
+    text = redact(text)
+    for secret in secrets_of(url):
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
 
 
 def lock_namespace() -> int:

@@ -15,11 +15,21 @@ A *hung* owner still holds its lock but has stopped beating: its process is stop
 session with ``pg_terminate_backend`` (which needs the ``pg_signal_backend`` role, the same
 role as the holder, or superuser); the lock goes with the session and the next pass takes
 the run over. If the old owner wakes up, every write it tries is refused by the fence.
+
+Only a registered runner session (runner.instances, sql/functions/runner_sessions_v1.sql)
+is an owner. Any other session holding a key of the runner's lock namespace is a *squatter*
+(an application sharing ``RUNNER_LOCK_NAMESPACE``, or a login that takes keys on purpose:
+any role that can connect can): while it holds a running run's key the run cannot be
+recovered, and a run due to take its key fails (runner.LockUnavailable, counted against
+``max_attempts``). ``run_once`` ends squatters first, where this runner's role may (the same
+privilege as for hung owners), and logs each (``lock_squatter_ended``, or ``lock_squatter``
+once a minute per session when it may not); runner.alerts lists them (``lock_squatter``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +43,8 @@ from runner.ledger import ClaimedRun, Owner
 log = logging.getLogger("runner.takeover")
 
 DEFAULT_LEASE = 60.0
+SQUATTER_LOG_EVERY = 60.0  # seconds between reports of a squatter this runner may not end
+_reported: dict[int, float] = {}  # squatter pid -> when it was last reported
 
 
 @dataclass
@@ -43,8 +55,9 @@ class TakeoverResult:
 
 def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
              default_lease: float = DEFAULT_LEASE) -> TakeoverResult:
-    """One pass: end hung owners past their lease, then take over runs with no live owner
-    (at most ``limit``). ``conn`` must be this process's lock session."""
+    """One pass: end squatters and hung owners past their lease, then take over runs with
+    no live owner (at most ``limit``). ``conn`` must be this process's lock session."""
+    _end_squatters(conn, owner.namespace)
     hung = ledger.end_hung_owners(conn, job_names, default_lease)
     for h in hung:
         if h.terminated:
@@ -66,3 +79,22 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
             event(log, "run_recovered", logging.WARNING, job=run.job_name, slot=run.slot,
                   partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)
     return TakeoverResult(taken=taken, terminated=[h for h in hung if h.terminated])
+
+
+def _end_squatters(conn: psycopg.Connection[Any], namespace: int) -> None:
+    now = time.monotonic()
+    for s in ledger.end_squatters(conn, namespace):
+        runs = ", ".join(map(str, s.run_ids[:10])) + (", ..." if len(s.run_ids) > 10 else "")
+        if s.terminated:
+            event(log, "lock_squatter_ended", logging.WARNING, session=s.pid, user=s.user,
+                  application=s.application, keys=len(s.run_ids), runs=runs,
+                  reason="not a registered runner session: ended it")
+        elif now - _reported.get(s.pid, -SQUATTER_LOG_EVERY) >= SQUATTER_LOG_EVERY:
+            _reported[s.pid] = now
+            event(log, "lock_squatter", logging.ERROR, session=s.pid, user=s.user,
+                  application=s.application, keys=len(s.run_ids), runs=runs,
+                  reason="not a registered runner session, and this runner may not end it "
+                         "(grant pg_signal_backend, or end it by hand): the runs it holds cannot "
+                         "be recovered, runs due to take its keys fail")
+    if len(_reported) > 1000:
+        _reported.clear()

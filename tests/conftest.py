@@ -2,7 +2,8 @@
 
 The server is named by RUNNER_TEST_DATABASE_URL, or by the PG* environment variables
 (PGHOST, PGPORT, PGUSER, PGPASSWORD); with none of them, an embedded PostgreSQL is started
-under /tmp so that a plain ``pytest`` works on a bare machine.
+(home /tmp/runner-test-pg-<uid>, or RUNNER_TEST_EMBEDDED_HOME) so that a plain ``pytest``
+works on a bare machine; a server the session started is stopped when the session ends.
 
 Two fixtures, clearly named:
 
@@ -38,6 +39,16 @@ for _name in ("RUNNER_DATABASE_URL", "DATABASE_URL", "RUNNER_APP"):
     os.environ.pop(_name, None)
 
 
+_STARTED: list[Any] = []  # embedded servers this session started: stopped at its end
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    from runner import embedded
+
+    for home in _STARTED:
+        embedded.stop(home)
+
+
 def _server() -> dict[str, Any]:
     url = os.environ.get("RUNNER_TEST_DATABASE_URL")
     if url:
@@ -52,10 +63,13 @@ def _server() -> dict[str, Any]:
     else:
         from pathlib import Path
 
-        from runner.embedded import embedded_url
+        from runner import embedded
 
-        home = Path(f"/tmp/runner-test-pg-{os.getuid()}")
-        params = conninfo_to_dict(embedded_url(home))
+        home = Path(os.environ.get("RUNNER_TEST_EMBEDDED_HOME") or f"/tmp/runner-test-pg-{os.getuid()}")
+        server = embedded.start(home)
+        if server.started:
+            _STARTED.append(home)
+        params = conninfo_to_dict(server.url)
     return {
         "host": params.get("host") or "127.0.0.1",
         "port": int(params.get("port") or 5432),

@@ -14,8 +14,9 @@ down_revision = "0006_edges"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0007_security.sql"]
-DOWNGRADE = ["revisions/0007_security.down.sql"]
+UPGRADE = ["revisions/0007_security.sql",
+           "revisions/0007_security.squatters.sql", "functions/runner_sessions_v1.sql", "views/alerts.sql"]
+DOWNGRADE = ["revisions/0007_security.squatters.down.sql", "revisions/0007_security.down.sql"]
 
 
 def upgrade() -> None:

@@ -29,12 +29,38 @@ WITH clock AS (
       AND a.heartbeat_at < c.now - make_interval(
               secs => coalesce((j.options ->> 'lease_seconds')::float8, %(default_lease)s))
       AND l.pid <> pg_backend_pid()
+      -- only a registered runner session is an owner; any other holder is a squatter
+      -- (end_squatters)
+      AND l.pid IN (SELECT runner.runner_sessions_v1())
 ), holders AS (
     SELECT holder, min(run_id) AS run_id, min(heartbeat_at) AS heartbeat_at
     FROM hung GROUP BY holder
 )
 SELECT holder, run_id, heartbeat_at, runner.try_terminate_v1(holder) AS terminated
 FROM holders
+
+-- name: end_squatters
+-- Sessions that hold advisory keys of this runner's lock namespace and are not registered
+-- runner sessions (runner.runner_sessions_v1): an application sharing the namespace, or any
+-- login taking keys on purpose. While one holds a running run's key, that run cannot be
+-- recovered; a run due to take its key fails (runner.LockUnavailable, counted). End each,
+-- where this role may (runner.try_terminate_v1); runner.alerts shows them (lock_squatter).
+WITH held AS MATERIALIZED (
+    SELECT l.pid, ((l.classid::bigint & 65535) << 32) | l.objid::bigint AS run_id
+    FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND (l.classid::bigint >> 16) = %(namespace)s
+      AND l.pid <> pg_backend_pid()
+), squatter AS MATERIALIZED (
+    SELECT h.pid, array_agg(h.run_id ORDER BY h.run_id) AS run_ids
+    FROM held h
+    WHERE h.pid NOT IN (SELECT runner.runner_sessions_v1())
+    GROUP BY h.pid
+)
+SELECT s.pid, s.run_ids, a.usename, a.application_name, runner.try_terminate_v1(s.pid) AS terminated
+FROM squatter s
+LEFT JOIN pg_stat_activity a ON a.pid = s.pid
 
 -- name: take_over_orphans
 -- Running runs whose lock nobody holds start a recovery attempt through

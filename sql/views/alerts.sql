@@ -27,13 +27,21 @@
 --   effect_unknown    an effect whose delivery is unknown (unknown, or sent long ago with no
 --              attempt of its run running)
 --   effect_duplicate  an effect sent more than once
+--   lock_squatter     a session that is not a registered runner session holds an advisory
+--              key of a runner lock namespace (any role that can connect can take any key):
+--              the run it holds cannot be recovered, a run due to take the key fails
+--              (runner.LockUnavailable, counted against max_attempts). Registered: the
+--              backend_pid of an instance of runner.instances not stopped, a session already
+--              there at that instance's last heartbeat (the rule of
+--              runner.runner_sessions_v1, written out here: this view is older). Runners end
+--              such sessions where their role may (pg_signal_backend); the detail names it
 --
 -- Paused jobs get no stale or late alerts (they are silent on purpose: runner.requests says
 -- who paused them and why); their dead, abandoned and slow runs still alert.
 --
 -- Other duties add their kinds as further UNION ALL branches at the end (see the hooks
 -- there), with the same six columns.
-CREATE VIEW runner.alerts AS
+CREATE OR REPLACE VIEW runner.alerts AS
 WITH job AS (
     SELECT j.job_name,
            j.options ->> 'owner' AS owner,
@@ -238,5 +246,44 @@ SELECT 'effect_duplicate',
        e.updated_at
 FROM runner.effects e LEFT JOIN job ON job.job_name = e.job_name
 WHERE e.send_count > 1
+
+UNION ALL
+-- lock_squatter: one row per session that is not a registered runner session and holds
+-- advisory keys of a runner lock namespace (namespace = the key's top 16 bits, run id = its
+-- low 48 bits); job_name and run_id: the least of those of its keys' runs that exist
+SELECT 'lock_squatter',
+       min(sq.job_name),
+       min(sq.owner),
+       min(sq.run_id),
+       format('session %s (user %s, application %s) is not a registered runner session and holds '
+              '%s advisory key(s) of runner lock namespace %s (runs %s%s): a run it holds cannot '
+              'be recovered, a run due to take its key fails; end it (pg_terminate_backend), or '
+              'give the runners a lock namespace of their own (RUNNER_LOCK_NAMESPACE)',
+              sq.pid, coalesce(quote_literal(min(sq.usename)), '?'),
+              coalesce(quote_literal(min(sq.application_name)), '?'), count(*),
+              string_agg(DISTINCT sq.namespace::text, ', '),
+              string_agg(sq.key_run || CASE WHEN sq.run_id IS NULL THEN ' (not created yet)'
+                                            ELSE ' (' || sq.status || ')' END, ', ' ORDER BY sq.key_run)
+                  FILTER (WHERE sq.n <= 10),
+              CASE WHEN count(*) > 10 THEN ', ...' ELSE '' END),
+       min(sq.backend_start)
+FROM (
+    SELECT l.pid, a.usename, a.application_name, a.backend_start, l.classid::bigint >> 16 AS namespace,
+           ((l.classid::bigint & 65535) << 32) | l.objid::bigint AS key_run,
+           r.id AS run_id, r.job_name, r.status, job.owner,
+           row_number() OVER (PARTITION BY l.pid ORDER BY l.classid, l.objid) AS n
+    FROM pg_locks l
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    LEFT JOIN runner.job_runs r ON r.id = ((l.classid::bigint & 65535) << 32) | l.objid::bigint
+    LEFT JOIN job ON job.job_name = r.job_name
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND (l.classid::bigint >> 16) IN (SELECT i.lock_namespace FROM runner.instances i)
+      AND l.pid NOT IN (SELECT i.backend_pid
+                        FROM runner.instances i
+                        JOIN pg_stat_activity s ON s.pid = i.backend_pid
+                        WHERE i.stopped_at IS NULL AND s.backend_start <= i.heartbeat_at)
+) sq
+GROUP BY sq.pid
 
 ;

