@@ -698,7 +698,8 @@ def backfill_create(
     max_failures: Annotated[int, typer.Option(
         min=0, help="pause when more runs than this are failed or dead")] = 10,
     pause_when: Annotated[str | None, typer.Option(
-        help="pause when this SQL returns true (run read-only, 1 s timeout, every 5 s)")] = None,
+        help="pause when this SQL returns true (one boolean; run as the condition role of "
+             "sql/roles.sql, read-only, 1 s timeout, every 5 s)")] = None,
     force: Annotated[bool, typer.Option(help="run again slots that already succeeded")] = False,
     dry_run: Annotated[bool, typer.Option(help="show the impact; write nothing")] = False,
     yes: YesOpt = False,

@@ -15,8 +15,9 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   (one ``finish_attempts`` statement for many runs) and then releases their locks.
 
 A background thread advances the gap scan's watermarks every minute on one more connection
-(runner/gapscan.py). So a process holds at most ``workers + max(2, workers // 4) + 3``
-connections, however many runs it executes.
+(runner/gapscan.py), and another evaluates backfill pause conditions on one more
+(runner/conditions.py: untrusted SQL, never on the lock connection). So a process holds at
+most ``workers + max(2, workers // 4) + 4`` connections, however many runs it executes.
 
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
@@ -72,7 +73,7 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, gapscan, ledger, misfire, takeover
+from runner import __version__, backfill, conditions, gapscan, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext
@@ -256,6 +257,10 @@ class Worker:
         threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
                          args=(lambda: connect(self.url), self._stop,
                                self.config.watermark_interval)).start()
+        # backfill pause conditions: untrusted SQL, on a thread and connection of their own
+        threading.Thread(target=conditions.run_forever, name="runner-conditions", daemon=True,
+                         args=(lambda: conditions.connect(self.url), self.owner.namespace,
+                               list(self.jobs), self._stop)).start()
         now = self.now()
         for job in self.jobs.values():
             # on-time slots from now on (within the job's tracked range); whatever was missed

@@ -14,8 +14,13 @@ down_revision = "0006_edges"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0007_security.sql"]
-DOWNGRADE = ["revisions/0007_security.down.sql"]
+UPGRADE = [
+    "revisions/0007_security.sql",
+    # the pause condition, run as the condition role (runner/conditions.py)
+    "functions/pause_condition_v1.sql",
+    "revisions/0007_security.conditions.sql",
+]
+DOWNGRADE = ["revisions/0007_security.conditions.down.sql", "revisions/0007_security.down.sql"]
 
 
 def upgrade() -> None:
