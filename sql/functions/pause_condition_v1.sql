@@ -12,7 +12,8 @@
 -- The transaction becomes read-only here; the caller sets the statement timeout, runs
 -- this in a transaction (or savepoint) it rolls back, and has checked that the condition is
 -- one statement returning one boolean column (runner/conditions.py describes it first).
--- The condition must return exactly one row (STRICT: at most two rows are fetched) of one
+-- The condition must return exactly one row (through a cursor: at most two rows are ever
+-- fetched) of one
 -- column, a boolean; NULL counts as false. The row may be at most 1 kB.
 -- No SET search_path: the condition's names resolve as the caller's do. (The usual care of
 -- a fixed search_path protects a powerful owner from its callers; this owner has no power
@@ -22,7 +23,8 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 AS $$
 DECLARE
-    found record;
+    rows_of refcursor;
+    got record;
     shape json;
 BEGIN
     IF EXISTS (
@@ -39,8 +41,20 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     PERFORM set_config('transaction_read_only', 'on', true);
-    EXECUTE condition INTO STRICT found;
-    shape := row_to_json(found);
+    -- a cursor: rows are fetched one at a time (two at most), never the whole result
+    OPEN rows_of NO SCROLL FOR EXECUTE condition;
+    FETCH rows_of INTO got;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the condition returned no rows (it must return exactly one)'
+            USING ERRCODE = 'cardinality_violation';
+    END IF;
+    shape := row_to_json(got);
+    FETCH rows_of INTO got;
+    IF FOUND THEN
+        RAISE EXCEPTION 'the condition returned more than one row (it must return exactly one)'
+            USING ERRCODE = 'cardinality_violation';
+    END IF;
+    CLOSE rows_of;
     IF octet_length(shape::text) > 1024 THEN
         RAISE EXCEPTION 'the condition returned a row of % bytes (at most 1024: one boolean)',
             octet_length(shape::text) USING ERRCODE = 'program_limit_exceeded';
