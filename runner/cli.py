@@ -218,6 +218,9 @@ def start(
     log_format: Annotated[str, typer.Option(help="text, or json: one JSON object per event")] = "text",
     metrics_port: Annotated[int | None, typer.Option(
         min=0, max=65535, help="serve Prometheus metrics on this port")] = None,
+    metrics_host: Annotated[str, typer.Option(
+        help="the address the metrics endpoint listens on; it has no authentication, so the "
+             "default is this machine only (0.0.0.0 or :: for every address)")] = "127.0.0.1",
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter
@@ -247,9 +250,10 @@ def start(
         metrics = Metrics()
         if metrics_port is not None:
             try:
-                metrics.serve(metrics_port)
+                metrics.serve(metrics_port, metrics_host)
             except OSError as exc:
-                raise ConfigError(f"cannot serve metrics on port {metrics_port}: {exc.strerror}") from None
+                raise ConfigError(f"cannot serve metrics on {metrics_host} port {metrics_port}: "
+                                  f"{exc.strerror or exc}") from None
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
         worker.start()
 
