@@ -252,8 +252,10 @@ def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | N
     return out, len(slots), stored
 
 
-def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec) -> BackfillPlan:
-    """What a backfill would touch (reads only: this is the dry run)."""
+def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
+         prometheus_url: str | None = None) -> BackfillPlan:
+    """What a backfill would touch (reads only: this is the dry run). ``prometheus_url``: where
+    a Prometheus pause condition is asked (runner/conditions.py)."""
     if spec.concurrency < 1:
         raise OperatorError("--concurrency must be at least 1")
     if spec.rate is not None and not spec.rate > 0:
@@ -267,7 +269,7 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec) -> BackfillPlan
         if not spec.pause_when.strip():
             raise OperatorError("--pause-when must not be empty")
         try:
-            evaluated = conditions.evaluate(conn, spec.pause_when)
+            evaluated = conditions.evaluate(conn, spec.pause_when, prometheus_url)
         finally:
             conditions.release_locks(conn)
         if evaluated.error is not None:

@@ -35,13 +35,30 @@ runner serving the job will run, so it runs where it can do no harm.
 
 A condition that took advisory locks fails (its locks are released; the plan pauses saying
 so): a key it held even for a second may have blocked a claim or a takeover.
+
+**Prometheus.** A condition may instead be a Prometheus instant query: ``pause_when`` then
+reads ``prometheus:`` followed by the query (``runner backfill --pause-when-prometheus Q``;
+no SQL starts so). It is sent as an HTTP GET to ``<Prometheus URL>/api/v1/query`` — the URL
+is the runner's setting (``RUNNER_PROMETHEUS_URL`` / ``--prometheus-url``), never the
+plan's, so a plan cannot point a runner at another address — within the evaluation's time
+and at most ``MAX_PROMETHEUS_BYTES`` of response. It is true when the result has a sample
+whose value is not zero (a vector: any of its samples; a scalar: its value); an empty
+vector is false; an error (no URL configured, unreachable, a query error, another result
+type, a response too large) pauses the plan like a failing SQL condition. It is evaluated
+under the same plan lock and at the same pace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import math
 import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,6 +80,8 @@ EVALUATION_TIMEOUT = 3.0  # seconds: one plan's whole evaluation (lock, describe
 EVERY = 5.0  # seconds between two evaluations of a plan's condition (across all runners)
 POLL = 1.0  # seconds between two looks for due conditions
 BOOL_OID = 16
+PROMETHEUS = "prometheus:"  # pause_when holding a Prometheus instant query
+MAX_PROMETHEUS_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,11 +126,75 @@ def _shape_error(conn: psycopg.Connection[Any], condition: str) -> str | None:
     return None
 
 
-def evaluate(conn: psycopg.Connection[Any], condition: str) -> Evaluation:
-    """Evaluate ``condition`` once on ``conn``, as the condition role, in a transaction (or,
-    inside the caller's, a savepoint) that is rolled back. The caller releases the advisory
-    locks the condition may have taken (``release_locks``). Raises only when the connection
-    is lost."""
+def prometheus_query(condition: str) -> str | None:
+    """The instant query of a Prometheus condition, or None for SQL."""
+    return condition[len(PROMETHEUS):].strip() if condition.startswith(PROMETHEUS) else None
+
+
+def _read_bounded(resp: Any, deadline: float) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took too long")
+        chunk = resp.read(16384)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_PROMETHEUS_BYTES:
+            raise ValueError(f"the answer is over {MAX_PROMETHEUS_BYTES} bytes")
+        chunks.append(chunk)
+
+
+def _sample_true(value: Any) -> bool:
+    number = float(value[1])  # [timestamp, "value"]
+    return not math.isnan(number) and number != 0.0
+
+
+def evaluate_prometheus(base_url: str | None, query: str, timeout: float = EVALUATION_TIMEOUT) -> Evaluation:
+    """Ask Prometheus (the runner's configured URL) for the instant query's value now."""
+    if not query:
+        return Evaluation(None, "the Prometheus query is empty")
+    if not base_url:
+        return Evaluation(None, "no Prometheus to ask: this runner has no --prometheus-url "
+                                "(RUNNER_PROMETHEUS_URL)")
+    deadline = time.monotonic() + timeout
+    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    try:
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                body = _read_bounded(resp, deadline)
+        except urllib.error.HTTPError as exc:  # Prometheus answers a bad query with 400 and JSON
+            with exc:
+                body = _read_bounded(exc, deadline)
+        answer = json.loads(body)
+        if not isinstance(answer, dict):
+            raise ValueError("the answer is not a JSON object")
+        if answer.get("status") != "success":
+            return Evaluation(None, f"Prometheus: {answer.get('errorType', 'error')}: "
+                                    f"{str(answer.get('error', 'no detail'))[:500]}")
+        data = answer.get("data") or {}
+        kind, result = data.get("resultType"), data.get("result")
+        if kind == "vector" and isinstance(result, list):
+            return Evaluation(any(_sample_true(s.get("value")) for s in result))
+        if kind == "scalar" and isinstance(result, list):
+            return Evaluation(_sample_true(result))
+        return Evaluation(None, f"the Prometheus query returned a {kind}, not a vector or scalar")
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        return Evaluation(None, f"Prometheus at {urllib.parse.urlsplit(base_url).netloc}: "
+                                f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
+
+
+def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str | None = None,
+             timeout: float = EVALUATION_TIMEOUT) -> Evaluation:
+    """Evaluate ``condition`` once: a Prometheus query is asked of ``prometheus_url``; SQL
+    runs on ``conn``, as the condition role, in a transaction (or, inside the caller's, a
+    savepoint) that is rolled back. The caller releases the advisory locks the condition may
+    have taken (``release_locks``). Raises only when the connection is lost."""
+    promql = prometheus_query(condition)
+    if promql is not None:
+        return evaluate_prometheus(prometheus_url, promql, timeout)
     try:
         with conn.transaction(force_rollback=True):
             conn.execute(BQ["read_only_limits"], {"timeout": STATEMENT_TIMEOUT})
@@ -154,7 +237,8 @@ def _watchdog(conn: psycopg.Connection[Any], seconds: float, fired: threading.Ev
 
 def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
                   now: datetime | None = None, every: float = EVERY,
-                  timeout: float = EVALUATION_TIMEOUT) -> Evaluation | None:
+                  timeout: float = EVALUATION_TIMEOUT,
+                  prometheus_url: str | None = None) -> Evaluation | None:
     """Evaluate one plan's condition under its condition lock and record the outcome (the
     check's time; a pause, with its reason). ``conn`` is this process's condition session
     (autocommit). None when another runner holds the lock or the condition is no longer
@@ -167,7 +251,7 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
                 "namespace": namespace, "plan_id": plan_id, "now": now, "every": every})
             if not found:
                 return None
-            result = evaluate(conn, found[0]["pause_when"])
+            result = evaluate(conn, found[0]["pause_when"], prometheus_url, timeout)
             if fired.is_set():
                 result = Evaluation(None, f"the evaluation took longer than {timeout:g}s")
             held = ledger.dict_rows(conn, Q["advisory_locks_held"],
@@ -191,14 +275,14 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
 
 def run_once(conn: psycopg.Connection[Any], namespace: int, job_names: Iterable[str],
              now: datetime | None = None, every: float = EVERY,
-             timeout: float = EVALUATION_TIMEOUT) -> dict[int, Evaluation]:
+             timeout: float = EVALUATION_TIMEOUT, prometheus_url: str | None = None) -> dict[int, Evaluation]:
     """Evaluate the due conditions of the running plans of ``job_names`` (those a process
     defines), each under its lock; returns the outcome of each plan evaluated here."""
     done: dict[int, Evaluation] = {}
     due = ledger.dict_rows(conn, Q["due_conditions"], {
         "job_names": list(job_names), "now": now, "every": every})
     for p in due:
-        result = evaluate_plan(conn, namespace, p["id"], now, every, timeout)
+        result = evaluate_plan(conn, namespace, p["id"], now, every, timeout, prometheus_url)
         if result is not None:
             done[p["id"]] = result
     return done
@@ -211,7 +295,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
 
 
 def run_forever(open_conn: Callable[[], psycopg.Connection[Any]], namespace: int, job_names: list[str],
-                stop: threading.Event, poll: float = POLL) -> None:
+                stop: threading.Event, poll: float = POLL, prometheus_url: str | None = None) -> None:
     """The condition duty of a ``runner start`` process, on its own thread and connection:
     every ``poll`` seconds, ``run_once``. Its own error boundary: a failure is logged and
     retried; a lost connection is opened again."""
@@ -221,7 +305,7 @@ def run_forever(open_conn: Callable[[], psycopg.Connection[Any]], namespace: int
         try:
             if conn is None or conn.closed or conn.broken:
                 conn = open_conn()
-            run_once(conn, namespace, job_names)
+            run_once(conn, namespace, job_names, prometheus_url=prometheus_url)
             delay = poll
         except Exception as exc:
             cls, _ = error_text(exc)

@@ -103,6 +103,7 @@ class LoopConfig:
     steal_after: float = 0.5  # seconds before other runners' unclaimed shares of a slot are claimed
     max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
+    prometheus_url: str | None = None  # where backfill pause conditions' Prometheus queries go
 
     @property
     def inflight_cap(self) -> int:
@@ -260,7 +261,8 @@ class Worker:
         # backfill pause conditions: untrusted SQL, on a thread and connection of their own
         threading.Thread(target=conditions.run_forever, name="runner-conditions", daemon=True,
                          args=(lambda: conditions.connect(self.url), self.owner.namespace,
-                               list(self.jobs), self._stop)).start()
+                               list(self.jobs), self._stop, conditions.POLL,
+                               self.config.prometheus_url)).start()
         now = self.now()
         for job in self.jobs.values():
             # on-time slots from now on (within the job's tracked range); whatever was missed
