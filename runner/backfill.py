@@ -35,16 +35,13 @@ process that does not get the lock leaves the plan to the holder for that pass. 
 pass, under that lock, the plan
 
 * pauses when its failed + dead runs exceed ``max_failures``;
-* pauses when the operator's ``pause_when`` query returns true, or fails (its error is the
-  pause reason). It is checked when the plan is created (an error refuses the plan), then at
-  most every ``PAUSE_WHEN_EVERY`` seconds. The query is run as given, on the runner's lock
-  session, in its own transaction that is read-only (``transaction_read_only``), has a
-  ``statement_timeout`` of ``PAUSE_WHEN_TIMEOUT`` (it runs on the loop's thread: it must be
-  cheap) and is always rolled back; it is sent as one prepared statement, so it cannot carry
-  a second statement. It must return one row whose first column is a boolean (NULL counts as
-  false). It runs with the runner's database role: grant that role only what the condition
-  needs to read;
 * completes when none of its runs is pending, running or failed.
+
+A plan also pauses when the operator's ``pause_when`` condition returns true or fails. That
+condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
+on a connection and thread of its own, as the condition role (runner/conditions.py), which
+pauses the plan; the lane only sees the plan paused. It is also evaluated, the same way,
+when the plan is created (an error refuses the plan).
 
 **Verification.** When a plan completes, the process that completed it (it has the job's
 definition) runs the job's ``verify`` check in a background thread, per partition, over the
@@ -75,7 +72,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from runner import ledger, operate
+from runner import conditions, ledger, operate
 from runner.app import JobDef
 from runner.ledger import ClaimedRun, Owner
 from runner.operate import OperatorError, default_who
@@ -85,8 +82,6 @@ from runner.sqlfiles import queries
 log = logging.getLogger("runner.backfill")
 Q = queries("backfill")
 
-PAUSE_WHEN_TIMEOUT = "1s"  # an operator's pause condition must be cheap: it runs on the loop's thread
-PAUSE_WHEN_EVERY = 5.0  # seconds between two runs of a plan's pause condition
 VERIFY_TIMEOUT = "10min"
 MAX_EXPECTED_RUNS = 1_000_000  # slot x partitions in one plan
 ACTIVE = ("planned", "running", "paused")  # plans whose runs are the lane's
@@ -257,8 +252,10 @@ def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | N
     return out, len(slots), stored
 
 
-def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec) -> BackfillPlan:
-    """What a backfill would touch (reads only: this is the dry run)."""
+def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
+         prometheus_url: str | None = None) -> BackfillPlan:
+    """What a backfill would touch (reads only: this is the dry run). ``prometheus_url``: where
+    a Prometheus pause condition is asked (runner/conditions.py)."""
     if spec.concurrency < 1:
         raise OperatorError("--concurrency must be at least 1")
     if spec.rate is not None and not spec.rate > 0:
@@ -271,9 +268,13 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec) -> BackfillPlan
     if spec.pause_when is not None:
         if not spec.pause_when.strip():
             raise OperatorError("--pause-when must not be empty")
-        pause_now, error = evaluate_pause_when(conn, spec.pause_when)
-        if error is not None:
-            raise OperatorError(f"--pause-when: {error}; nothing written")
+        try:
+            evaluated = conditions.evaluate(conn, spec.pause_when, prometheus_url)
+        finally:
+            conditions.release_locks(conn)
+        if evaluated.error is not None:
+            raise OperatorError(f"--pause-when: {evaluated.error}; nothing written")
+        pause_now = evaluated.value
     expected, slot_count, stored = expected_runs(job, spec)
     params = {"job_name": job.name, **expected.keys()}
     states = {r["state"]: r["runs"] for r in ledger.dict_rows(conn, Q["impact"], params)}
@@ -330,41 +331,16 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
             "left_alone": left_alone}
 
 
-# -- the operator's pause condition --------------------------------------------------------
-
-
-def evaluate_pause_when(conn: psycopg.Connection[Any], sql: str) -> tuple[bool | None, str | None]:
-    """Run the operator's pause condition as given: read-only, with a statement timeout, in
-    a transaction that is rolled back. Returns (value, None), or (None, error)."""
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute(Q["read_only_limits"], {"timeout": PAUSE_WHEN_TIMEOUT})
-            cur = conn.execute(sql, prepare=True)  # prepared: exactly one statement
-            found = cur.fetchall() if cur.description is not None else None
-    except psycopg.Error as exc:
-        if conn.closed or conn.broken:
-            raise
-        return None, f"{type(exc).__name__}: {_first_line(exc)}"
-    if found is None:
-        return None, "it returned no rows (it must be a query returning one boolean)"
-    if len(found) != 1 or not found[0]:
-        return None, f"it returned {len(found)} rows (it must return exactly one boolean)"
-    value = found[0][0]
-    if value is not None and not isinstance(value, bool):
-        return None, f"its first column is {type(value).__name__}, not a boolean"
-    return bool(value), None
-
-
 # -- the lane -------------------------------------------------------------------------------
 
 
 def run_once(conn: psycopg.Connection[Any], owner: Owner, jobs: Mapping[str, JobDef], limit: int,
-             now: datetime | None = None, pause_check_every: float = PAUSE_WHEN_EVERY) -> list[ClaimedRun]:
+             now: datetime | None = None) -> list[ClaimedRun]:
     """One pass of the backfill lane over the running plans of ``jobs``: pause, complete,
     and claim up to ``limit`` runs (all plans together). ``conn`` must be this process's lock
     session (autocommit): the runs claimed are locked on it. Returns the runs to start."""
     claimed: list[ClaimedRun] = []
-    plans = ledger.dict_rows(conn, Q["lane_plans"], {"now": now, "pause_check_every": pause_check_every})
+    plans = ledger.dict_rows(conn, Q["lane_plans"], {})
     for p in plans:
         job = jobs.get(p["job_name"])
         if job is None:
@@ -387,7 +363,6 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
                now: datetime | None, claimed: list[ClaimedRun]) -> bool:
     """One plan's turn, in one transaction under its advisory lock: pause it, complete it
     (returns True), or claim its next runs into ``claimed``."""
-    condition = evaluate_pause_when(conn, p["pause_when"]) if p["pause_due"] else None
     with conn.transaction():
         got = _one(conn, "try_lock_plan", {"namespace": owner.namespace, "plan_id": p["id"]})
         if not (got and got["locked"]):
@@ -395,9 +370,7 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
         state = _one(conn, "plan_state", {"plan_id": p["id"], "now": now})
         if state is None or state["status"] != "running":
             return False
-        if condition is not None:
-            conn.execute(Q["pause_checked"], {"plan_id": p["id"], "now": now})
-        reason = _pause_reason(state, condition)
+        reason = _pause_reason(state)
         if reason is not None:
             _one(conn, "pause_plan", {"plan_id": p["id"], "reason": reason[:1000], "now": now})
             log.warning("backfill_paused plan=%s job=%s: %s", p["id"], job.name, reason)
@@ -421,18 +394,12 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
     return False
 
 
-def _pause_reason(state: dict[str, Any], condition: tuple[bool | None, str | None] | None) -> str | None:
+def _pause_reason(state: dict[str, Any]) -> str | None:
     limit = state["max_failures"]
     if limit is not None and state["failures"] > limit:
         return (f"{state['failures']} failed or dead run(s), more than max_failures={limit}: "
                 "look at them (runner backfill show), then resume (with a higher --max-failures) "
                 "or cancel")
-    if condition is not None:
-        value, error = condition
-        if error is not None:
-            return f"pause_when failed: {error}"
-        if value:
-            return "pause_when returned true"
     return None
 
 

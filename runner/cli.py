@@ -25,6 +25,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from runner import approvals, audit, backfill, ledger, migrate, operate
+from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 from runner.errors import JobDefinitionError
 from runner.loader import load_app
 from runner.printable import printable
@@ -62,6 +63,14 @@ DbOpt = Annotated[
         envvar="RUNNER_DATABASE_URL",
         show_envvar=True,
         help="PostgreSQL URL (else DATABASE_URL; else the embedded server under ./.runner/)",
+    ),
+]
+PrometheusOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus-url", envvar="RUNNER_PROMETHEUS_URL", show_envvar=True,
+        help="the Prometheus that backfill pause conditions given as instant queries are asked "
+             "(e.g. http://prometheus:9090)",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -261,6 +270,10 @@ def start(
     log_format: Annotated[str, typer.Option(help="text, or json: one JSON object per event")] = "text",
     metrics_port: Annotated[int | None, typer.Option(
         min=0, max=65535, help="serve Prometheus metrics on this port")] = None,
+    metrics_host: Annotated[str, typer.Option(
+        help="the address the metrics endpoint listens on; it has no authentication, so the "
+             "default is this machine only (0.0.0.0 or :: for every address)")] = "127.0.0.1",
+    prometheus_url: PrometheusOpt = None,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter, TextFormatter
@@ -285,13 +298,14 @@ def start(
         choice, conn = _open_ledger(database_url)
         conn.close()
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
-                            grace=grace)
+                            grace=grace, prometheus_url=prometheus_url)
         metrics = Metrics()
         if metrics_port is not None:
             try:
-                metrics.serve(metrics_port)
+                metrics.serve(metrics_port, metrics_host)
             except OSError as exc:
-                raise ConfigError(f"cannot serve metrics on port {metrics_port}: {exc.strerror}") from None
+                raise ConfigError(f"cannot serve metrics on {metrics_host} port {metrics_port}: "
+                                  f"{exc.strerror or exc}") from None
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
         worker.start()
 
@@ -740,7 +754,12 @@ def backfill_create(
     max_failures: Annotated[int, typer.Option(
         min=0, help="pause when more runs than this are failed or dead")] = 10,
     pause_when: Annotated[str | None, typer.Option(
-        help="pause when this SQL returns true (run read-only, 1 s timeout, every 5 s)")] = None,
+        help="pause when this SQL returns true (one boolean; run as the condition role of "
+             "sql/roles.sql, read-only, 1 s timeout, every 5 s)")] = None,
+    pause_when_prometheus: Annotated[str | None, typer.Option(
+        help="pause when this Prometheus instant query has a non-zero sample (asked of "
+             "--prometheus-url, every 5 s)")] = None,
+    prometheus_url: PrometheusOpt = None,
     force: Annotated[bool, typer.Option(help="run again slots that already succeeded")] = False,
     dry_run: Annotated[bool, typer.Option(help="show the impact; write nothing")] = False,
     yes: YesOpt = False,
@@ -755,6 +774,10 @@ def backfill_create(
     why = _reason(reason) if reason is not None else ""
     if rate is not None and not rate > 0:
         fail("--rate must be above 0 (runs per second)", 2)
+    if pause_when is not None and pause_when_prometheus is not None:
+        fail("--pause-when and --pause-when-prometheus: give one of them", 2)
+    if pause_when_prometheus is not None:
+        pause_when = PROMETHEUS_CONDITION + pause_when_prometheus
     with _errors():
         runner_app = load_app(app_spec)
         job_def = runner_app.jobs.get(job)
@@ -764,7 +787,7 @@ def backfill_create(
         spec = backfill.Spec(job_name=job, range_from=start_at, range_to=end_at,
                              partitions=tuple(partition or ()), lane=lane, concurrency=concurrency,
                              rate=rate, max_failures=max_failures, pause_when=pause_when, force=force)
-        planned = backfill.plan(conn, job_def, spec)
+        planned = backfill.plan(conn, job_def, spec, prometheus_url)
         if dry_run:
             conn.close()
             if as_json:

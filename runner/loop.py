@@ -15,8 +15,9 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   (one ``finish_attempts`` statement for many runs) and then releases their locks.
 
 A background thread advances the gap scan's watermarks every minute on one more connection
-(runner/gapscan.py). So a process holds at most ``workers + max(2, workers // 4) + 3``
-connections, however many runs it executes.
+(runner/gapscan.py), and another evaluates backfill pause conditions on one more
+(runner/conditions.py: untrusted SQL, never on the lock connection). So a process holds at
+most ``workers + max(2, workers // 4) + 4`` connections, however many runs it executes.
 
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
@@ -79,7 +80,7 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, gapscan, ledger, misfire, takeover
+from runner import __version__, backfill, conditions, gapscan, ledger, misfire, takeover
 from runner.app import JobDef, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext
@@ -110,6 +111,7 @@ class LoopConfig:
     steal_after: float = 0.5  # seconds before other runners' unclaimed shares of a slot are claimed
     max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
+    prometheus_url: str | None = None  # where backfill pause conditions' Prometheus queries go
 
     @property
     def inflight_cap(self) -> int:
@@ -261,6 +263,11 @@ class Worker:
         threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
                          args=(lambda: connect(self.url), self._stop,
                                self.config.watermark_interval)).start()
+        # backfill pause conditions: untrusted SQL, on a thread and connection of their own
+        threading.Thread(target=conditions.run_forever, name="runner-conditions", daemon=True,
+                         args=(lambda: conditions.connect(self.url), self.owner.namespace,
+                               list(self.jobs), self._stop, conditions.POLL,
+                               self.config.prometheus_url)).start()
         # slots due before a job's current schedule came into force are the earlier schedule's
         # (a redeploy that changed it): this definition never claims them
         since = ledger.schedules_since(self._lock_conn, list(self.jobs))

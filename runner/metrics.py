@@ -1,5 +1,9 @@
 """Prometheus metrics of one runner process (``runner start --metrics-port P``).
 
+The endpoint has no authentication: it listens on ``--metrics-host`` (default 127.0.0.1, this
+machine only); a scraper on another machine needs the address it should be reachable on
+(or 0.0.0.0 / :: for every address, behind a firewall).
+
 Labels are bounded: ``job`` and ``status`` (and ``trigger``, six values) — never a slot, a
 run id or a partition, whose number grows without bound.
 
@@ -53,5 +57,5 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

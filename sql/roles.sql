@@ -111,3 +111,55 @@ BEGIN
     -- == end of backfills
 END
 $roles$;
+
+-- == the condition role (runner/conditions.py): a backfill's pause condition runs as it.
+--
+--   runner_condition  NOLOGIN, never a member of anything: USAGE on schema runner and
+--                    SELECT on its tables and views (the ledger is what conditions usually
+--                    read). It owns runner.pause_condition_v1, the SECURITY DEFINER
+--                    function through which every runner evaluates a condition, so a
+--                    condition runs as this role whatever the runner's login (a superuser
+--                    included), and cannot SET ROLE back. It cannot write (the evaluation is
+--                    read-only and rolled back), take table locks stronger than a read's
+--                    (no UPDATE/DELETE/TRUNCATE privilege), end other sessions, read server
+--                    files or run programs (not a superuser, in none of the pg_* roles).
+--                    A condition that reads the application's tables needs them granted:
+--                        GRANT SELECT ON app.orders TO runner_condition;
+--                    Name it otherwise with  -c runner.condition_role=...  (as above).
+--                    EXECUTE on runner.pause_condition_v1 goes to the worker (its runners
+--                    evaluate conditions) and the operator (`runner backfill --pause-when`
+--                    evaluates it once at creation); no one else.
+-- Until this file ran, the function refuses to evaluate (it is owned by the schema owner
+-- then): plans with a pause_when pause, saying so.
+DO $condition$
+DECLARE
+    condition text := coalesce(nullif(current_setting('runner.condition_role', true), ''), 'runner_condition');
+    worker    text := coalesce(nullif(current_setting('runner.worker_role', true), ''), 'runner_worker');
+    operator  text := coalesce(nullif(current_setting('runner.operator_role', true), ''), 'runner_operator');
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = condition) THEN
+        EXECUTE format('CREATE ROLE %I NOLOGIN', condition);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = condition AND (rolsuper OR rolcanlogin)) THEN
+        RAISE EXCEPTION 'role % can log in or is a superuser: the condition role must be a NOLOGIN role of its own',
+            condition;
+    END IF;
+    EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA runner FROM %I', condition);
+    EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA runner FROM %I', condition);
+    EXECUTE format('REVOKE ALL ON SCHEMA runner FROM %I', condition);
+    EXECUTE format('GRANT USAGE ON SCHEMA runner TO %I', condition);
+    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA runner TO %I', condition);
+    -- the function's owner: making a role the owner needs being able to SET ROLE to it
+    -- (a superuser can) and that role holding CREATE on the schema for the moment
+    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+       AND NOT pg_has_role(current_user, condition, 'MEMBER') THEN
+        EXECUTE format('GRANT %I TO %I', condition, current_user);
+    END IF;
+    EXECUTE format('GRANT CREATE ON SCHEMA runner TO %I', condition);
+    EXECUTE format('ALTER FUNCTION runner.pause_condition_v1(text) OWNER TO %I', condition);
+    EXECUTE format('REVOKE CREATE ON SCHEMA runner FROM %I', condition);
+    REVOKE ALL ON FUNCTION runner.pause_condition_v1(text) FROM PUBLIC;
+    EXECUTE format('GRANT EXECUTE ON FUNCTION runner.pause_condition_v1(text) TO %I, %I', worker, operator);
+END
+$condition$;
+-- == end of the condition role

@@ -23,6 +23,7 @@ class SessionRoles:
     def __init__(self) -> None:
         tag = f"{os.getpid()}_{secrets.token_hex(3)}"
         self.groups = {kind: f"runner_{kind}_t{tag}" for kind in KINDS}
+        self.groups["condition"] = f"runner_condition_t{tag}"  # NOLOGIN, no login user
         self.users = {kind: f"rt_{kind}_{tag}" for kind in KINDS}
         self.password = secrets.token_hex(8)
 

@@ -18,7 +18,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from runner import Runner, backfill, ledger, operate
+from runner import Runner, backfill, conditions, ledger, operate
 from runner.ledger import Outcome, Owner
 from tests.apps.backfill import app as bf_app
 from tests.support import RunnerProcess, eventually, rows, runner_cmd, scalar
@@ -273,26 +273,35 @@ def test_pauses_past_max_failures_and_resumes_with_a_higher_threshold(url: str, 
     assert plan_row(conn, plan_id)["status"] == "running"
 
 
-def test_pause_when_true_or_failing_pauses_the_plan(url: str, conn: Any) -> None:
+def test_pause_when_true_or_failing_pauses_the_plan(url: str, conn: Any, db_roles: Any) -> None:
+    db_roles.apply(url)
+    conn.execute(f"GRANT SELECT ON bf_stop TO {db_roles.groups['condition']}")
     when_true = create(conn, spec(start=0, end=3, pause_when="SELECT exists (SELECT 1 FROM bf_stop)"))
-    assert len(backfill.run_once(conn, OWNER, bf_app.jobs, 10)) == 1
-    conn.execute("INSERT INTO bf_stop VALUES (1)")
-    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []  # checked at most every 5 s
-    assert plan_row(conn, when_true["backfill"]["id"])["status"] == "running"
-    later = scalar(url, "SELECT now() + interval '5 seconds'")
-    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10, now=later) == []
-    row = plan_row(conn, when_true["backfill"]["id"])
-    assert (row["status"], row["pause_reason"]) == ("paused", "pause_when returned true")
-    # an error in the condition pauses the plan, with the error as the reason
-    failing = create(conn, spec(start=10, end=12, pause_when="SELECT 1 / (SELECT count(*) FROM bf_stop)::int = 1"))
-    conn.execute("DELETE FROM bf_stop")
-    backfill.run_once(conn, OWNER, bf_app.jobs, 10, pause_check_every=0)
-    row = plan_row(conn, failing["backfill"]["id"])
-    assert row["status"] == "paused"
-    assert row["pause_reason"].startswith("pause_when failed: DivisionByZero: division by zero")
+    plan_id = when_true["backfill"]["id"]
+    with conditions.connect(url) as cond:  # the condition duty's own session
+        assert conditions.run_once(cond, OWNER.namespace, bf_app.jobs) == {plan_id: conditions.Evaluation(False)}
+        assert len(backfill.run_once(conn, OWNER, bf_app.jobs, 10)) == 1
+        conn.execute("INSERT INTO bf_stop VALUES (1)")
+        assert conditions.run_once(cond, OWNER.namespace, bf_app.jobs) == {}  # checked at most every 5 s
+        assert plan_row(conn, plan_id)["status"] == "running"
+        later = scalar(url, "SELECT now() + interval '5 seconds'")
+        assert conditions.run_once(cond, OWNER.namespace, bf_app.jobs, now=later) == {
+            plan_id: conditions.Evaluation(True)}
+        row = plan_row(conn, plan_id)
+        assert (row["status"], row["pause_reason"]) == ("paused", "pause_when returned true")
+        assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []  # the lane sees it paused
+        # an error in the condition pauses the plan, with the error as the reason
+        failing = create(conn, spec(start=10, end=12,
+                                    pause_when="SELECT 1 / (SELECT count(*) FROM bf_stop)::int = 1"))
+        conn.execute("DELETE FROM bf_stop")
+        conditions.run_once(cond, OWNER.namespace, bf_app.jobs, every=0)
+        row = plan_row(conn, failing["backfill"]["id"])
+        assert row["status"] == "paused"
+        assert row["pause_reason"].startswith("pause_when failed: DivisionByZero: division by zero")
 
 
-def test_pause_when_is_checked_at_creation_read_only_and_timed(url: str, conn: Any) -> None:
+def test_pause_when_is_checked_at_creation_read_only_and_timed(url: str, conn: Any, db_roles: Any) -> None:
+    db_roles.apply(url)
     conn.execute("INSERT INTO bf_stop VALUES (7)")
     before = snapshot(url)
     writes = "WITH d AS (DELETE FROM bf_stop RETURNING 1) SELECT count(*) > 100 FROM d"

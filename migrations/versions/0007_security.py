@@ -14,9 +14,16 @@ down_revision = "0006_edges"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0007_security.sql",
-           "revisions/0007_security.squatters.sql", "functions/runner_sessions_v1.sql", "views/alerts.sql"]
-DOWNGRADE = ["revisions/0007_security.squatters.down.sql", "revisions/0007_security.down.sql"]
+UPGRADE = [
+    "revisions/0007_security.sql",
+    # sessions holding runner lock keys that are not registered runners (runner/takeover.py)
+    "revisions/0007_security.squatters.sql", "functions/runner_sessions_v1.sql", "views/alerts.sql",
+    # the pause condition, run as the condition role (runner/conditions.py)
+    "functions/pause_condition_v1.sql",
+    "revisions/0007_security.conditions.sql",
+]
+DOWNGRADE = ["revisions/0007_security.conditions.down.sql", "revisions/0007_security.squatters.down.sql",
+             "revisions/0007_security.down.sql"]
 
 
 def upgrade() -> None:

@@ -58,7 +58,7 @@ GROUP BY e.status
 ORDER BY e.status
 
 -- name: read_only_limits
--- For the operator's pause_when query and a job's SQL verify check: the current transaction
+-- For the operator's pause_when query (runner/conditions.py) and a job's SQL verify check: the current transaction
 -- becomes read-only, with a statement timeout (both LOCAL: they end with the transaction,
 -- which is always rolled back).
 SELECT set_config('transaction_read_only', 'on', true),
@@ -147,14 +147,10 @@ RETURNING r.id
 
 -- name: lane_plans
 -- The running plans, for one pass of the lane (which keeps those of the jobs its process
--- defines: filtering here, by an array of every job name, would cost more than the rows);
--- pause_due: whether its pause_when is due to run again (at most every pause_check_every
--- seconds). Every tick of every runner runs this: it must stay this cheap.
-SELECT b.id, b.job_name, b.pause_when,
-       b.pause_when IS NOT NULL
-       AND (b.pause_checked_at IS NULL
-            OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now())
-                                     - make_interval(secs => %(pause_check_every)s)) AS pause_due
+-- defines: filtering here, by an array of every job name, would cost more than the rows).
+-- Every tick of every runner runs this: it must stay this cheap. (Their pause conditions
+-- are not the lane's: runner/conditions.py.)
+SELECT b.id, b.job_name
 FROM runner.backfills b
 WHERE b.status = 'running'
 ORDER BY b.id

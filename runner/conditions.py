@@ -1,0 +1,320 @@
+"""Backfill pause conditions: an operator's SQL, evaluated off the loop, as the condition role.
+
+A plan's ``pause_when`` (``runner backfill --pause-when``) is a query returning one boolean;
+the plan pauses when it returns true, or when it fails (its error is the pause reason).
+The operator who writes it is not the runner: the condition is untrusted text that every
+runner serving the job will run, so it runs where it can do no harm.
+
+* **Not on the lock session, not on the loop thread.** Each ``runner start`` process runs
+  ``run_forever`` on a thread with a connection of its own (``application_name`` runner-condition).
+  Advisory locks a condition takes (session locks survive a rollback) are counted, then
+  released, and the session is reset (``DISCARD ALL``) after every evaluation; they never
+  touch the locks the process holds for its runs. The loop only sees the outcome: a paused
+  plan, which its backfill lane stops claiming.
+* **As the condition role.** The condition runs inside ``runner.pause_condition_v1``, a
+  SECURITY DEFINER function that sql/roles.sql gives to the NOLOGIN role
+  ``runner_condition``: SELECT on the runner schema, whatever the DBA grants it on the
+  application's tables, nothing else. Inside it current_user is that role whatever the
+  runner's login (a superuser's included) and PostgreSQL refuses SET ROLE / SET SESSION
+  AUTHORIZATION, so the condition cannot write, take a table lock stronger than a read's,
+  end sessions, read server files or run programs. Until sql/roles.sql ran, the function is
+  owned by the schema owner (after `runner db upgrade`) and refuses to run: a plan with a
+  condition then pauses, with that refusal as its reason. There is no other path: a
+  runner never evaluates a condition with its own privileges.
+* **One statement, one boolean, bounded.** The condition is first parsed and described
+  without being run (exactly one statement, returning exactly one column, a boolean); then
+  run in a read-only transaction that is always rolled back, with a statement timeout of
+  ``STATEMENT_TIMEOUT``; the function fetches at most two rows (exactly one is accepted) and
+  refuses a row over 1 kB; the runner receives one boolean. The whole evaluation of a plan
+  is cut at ``EVALUATION_TIMEOUT`` seconds (the statement is cancelled from another thread).
+* **One runner at a time per plan.** An evaluation runs in a transaction holding the plan's
+  condition lock (the two-int advisory key ``(lock namespace, -plan id)``, taken with try;
+  see sql/queries/conditions.sql), re-checks under it that the condition is still due, and
+  records the check (``pause_checked_at``) in the same transaction, so each condition runs
+  at most once every ``EVERY`` seconds across all runners.
+
+A condition that took advisory locks fails (its locks are released; the plan pauses saying
+so): a key it held even for a second may have blocked a claim or a takeover.
+
+**Prometheus.** A condition may instead be a Prometheus instant query: ``pause_when`` then
+reads ``prometheus:`` followed by the query (``runner backfill --pause-when-prometheus Q``;
+no SQL starts so). It is sent as an HTTP GET to ``<Prometheus URL>/api/v1/query`` — the URL
+is the runner's setting (``RUNNER_PROMETHEUS_URL`` / ``--prometheus-url``), never the
+plan's, so a plan cannot point a runner at another address — within the evaluation's time
+and at most ``MAX_PROMETHEUS_BYTES`` of response. It is true when the result has a sample
+whose value is not zero (a vector: any of its samples; a scalar: its value); an empty
+vector is false; an error (no URL configured, unreachable, a query error, another result
+type, a response too large) pauses the plan like a failing SQL condition. It is evaluated
+under the same plan lock and at the same pace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.pq import ExecStatus
+
+from runner import ledger
+from runner.errors import error_text
+from runner.sqlfiles import queries
+
+log = logging.getLogger("runner.conditions")
+Q = queries("conditions")
+BQ = queries("backfill")  # the lane's read-only limits and its pause statements: one way to pause a plan
+
+STATEMENT_TIMEOUT = "1s"  # the condition's statement timeout
+EVALUATION_TIMEOUT = 3.0  # seconds: one plan's whole evaluation (lock, describe, run, record)
+EVERY = 5.0  # seconds between two evaluations of a plan's condition (across all runners)
+POLL = 1.0  # seconds between two looks for due conditions
+BOOL_OID = 16
+PROMETHEUS = "prometheus:"  # pause_when holding a Prometheus instant query
+MAX_PROMETHEUS_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A condition's outcome: its value, or the error that stands for it."""
+
+    value: bool | None
+    error: str | None = None
+
+    @property
+    def pause_reason(self) -> str | None:
+        if self.error is not None:
+            return f"pause_when failed: {self.error}"
+        return "pause_when returned true" if self.value else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = error_text(exc)[1].strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _shape_error(conn: psycopg.Connection[Any], condition: str) -> str | None:
+    """Parse and describe ``condition`` without running it: why it is not one statement
+    returning one boolean column, or None. (psycopg has no public call for a describe
+    alone, so this speaks libpq's through the connection's pgconn, under its lock.)"""
+    encoding = conn.info.encoding
+    with conn.lock:
+        pg = conn.pgconn
+        parsed = pg.prepare(b"", condition.encode(encoding))
+        if parsed.status != ExecStatus.COMMAND_OK:
+            raise psycopg.errors.error_from_result(parsed, encoding=encoding)
+        described = pg.describe_prepared(b"")
+        if described.status != ExecStatus.COMMAND_OK:
+            raise psycopg.errors.error_from_result(described, encoding=encoding)
+        columns = [described.ftype(i) for i in range(described.nfields)]
+    if not columns:
+        return "it returns no rows (it must be a query returning one boolean)"
+    if len(columns) != 1:
+        return f"it returns {len(columns)} columns (it must return one boolean)"
+    if columns[0] != BOOL_OID:
+        return "its column is not a boolean"
+    return None
+
+
+def prometheus_query(condition: str) -> str | None:
+    """The instant query of a Prometheus condition, or None for SQL."""
+    return condition[len(PROMETHEUS):].strip() if condition.startswith(PROMETHEUS) else None
+
+
+def _read_bounded(resp: Any, deadline: float) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took too long")
+        chunk = resp.read(16384)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_PROMETHEUS_BYTES:
+            raise ValueError(f"the answer is over {MAX_PROMETHEUS_BYTES} bytes")
+        chunks.append(chunk)
+
+
+def _sample_true(value: Any) -> bool:
+    number = float(value[1])  # [timestamp, "value"]
+    return not math.isnan(number) and number != 0.0
+
+
+def evaluate_prometheus(base_url: str | None, query: str, timeout: float = EVALUATION_TIMEOUT) -> Evaluation:
+    """Ask Prometheus (the runner's configured URL) for the instant query's value now."""
+    if not query:
+        return Evaluation(None, "the Prometheus query is empty")
+    if not base_url:
+        return Evaluation(None, "no Prometheus to ask: this runner has no --prometheus-url "
+                                "(RUNNER_PROMETHEUS_URL)")
+    deadline = time.monotonic() + timeout
+    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    try:
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                body = _read_bounded(resp, deadline)
+        except urllib.error.HTTPError as exc:  # Prometheus answers a bad query with 400 and JSON
+            with exc:
+                body = _read_bounded(exc, deadline)
+        answer = json.loads(body)
+        if not isinstance(answer, dict):
+            raise ValueError("the answer is not a JSON object")
+        if answer.get("status") != "success":
+            return Evaluation(None, f"Prometheus: {answer.get('errorType', 'error')}: "
+                                    f"{str(answer.get('error', 'no detail'))[:500]}")
+        data = answer.get("data") or {}
+        kind, result = data.get("resultType"), data.get("result")
+        if kind == "vector" and isinstance(result, list):
+            return Evaluation(any(_sample_true(s.get("value")) for s in result))
+        if kind == "scalar" and isinstance(result, list):
+            return Evaluation(_sample_true(result))
+        return Evaluation(None, f"the Prometheus query returned a {kind}, not a vector or scalar")
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        return Evaluation(None, f"Prometheus at {urllib.parse.urlsplit(base_url).netloc}: "
+                                f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
+
+
+def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str | None = None,
+             timeout: float = EVALUATION_TIMEOUT) -> Evaluation:
+    """Evaluate ``condition`` once: a Prometheus query is asked of ``prometheus_url``; SQL
+    runs on ``conn``, as the condition role, in a transaction (or, inside the caller's, a
+    savepoint) that is rolled back. The caller releases the advisory locks the condition may
+    have taken (``release_locks``). Raises only when the connection is lost."""
+    promql = prometheus_query(condition)
+    if promql is not None:
+        return evaluate_prometheus(prometheus_url, promql, timeout)
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(BQ["read_only_limits"], {"timeout": STATEMENT_TIMEOUT})
+            wrong = _shape_error(conn, condition)
+            if wrong is not None:
+                return Evaluation(None, wrong)
+            row = conn.execute(Q["evaluate"], {"condition": condition}).fetchone()
+    except psycopg.Error as exc:
+        if conn.closed or conn.broken:
+            raise
+        return Evaluation(None, f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
+    assert row is not None
+    return Evaluation(bool(row[0]))
+
+
+def release_locks(conn: psycopg.Connection[Any]) -> None:
+    """Release every session-level advisory lock of ``conn`` (a condition's)."""
+    conn.execute(Q["release_locks"])
+
+
+def reset_session(conn: psycopg.Connection[Any]) -> None:
+    """After an evaluation: no advisory lock, no setting, prepared statement, temporary
+    table or listener of the condition's survives on the session."""
+    release_locks(conn)
+    conn.execute("DISCARD ALL")
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _watchdog(conn: psycopg.Connection[Any], seconds: float, fired: threading.Event) -> threading.Timer:
+    def cancel() -> None:
+        fired.set()
+        with contextlib.suppress(Exception):
+            conn.cancel_safe(timeout=seconds)
+
+    timer = threading.Timer(seconds, cancel)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
+                  now: datetime | None = None, every: float = EVERY,
+                  timeout: float = EVALUATION_TIMEOUT,
+                  prometheus_url: str | None = None) -> Evaluation | None:
+    """Evaluate one plan's condition under its condition lock and record the outcome (the
+    check's time; a pause, with its reason). ``conn`` is this process's condition session
+    (autocommit). None when another runner holds the lock or the condition is no longer
+    due."""
+    fired = threading.Event()
+    timer = _watchdog(conn, timeout, fired)
+    try:
+        with conn.transaction():
+            found = ledger.dict_rows(conn, Q["lock_condition"], {
+                "namespace": namespace, "plan_id": plan_id, "now": now, "every": every})
+            if not found:
+                return None
+            result = evaluate(conn, found[0]["pause_when"], prometheus_url, timeout)
+            if fired.is_set():
+                result = Evaluation(None, f"the evaluation took longer than {timeout:g}s")
+            held = ledger.dict_rows(conn, Q["advisory_locks_held"],
+                                    {"namespace": namespace, "plan_id": plan_id})[0]["held"]
+            if held:
+                result = Evaluation(None, f"the condition took {held} advisory lock(s) (released); "
+                                          "a condition must only read")
+            timer.cancel()  # recording the outcome is the runner's own work
+            conn.execute(BQ["pause_checked"], {"plan_id": plan_id, "now": now})
+            reason = result.pause_reason
+            if reason is not None:
+                paused = ledger.dict_rows(conn, BQ["pause_plan"], {
+                    "plan_id": plan_id, "reason": reason[:1000], "now": now})
+                if paused:
+                    log.warning("backfill_paused plan=%s: %r", plan_id, reason[:300])
+    finally:
+        timer.cancel()
+        reset_session(conn)
+    return result
+
+
+def run_once(conn: psycopg.Connection[Any], namespace: int, job_names: Iterable[str],
+             now: datetime | None = None, every: float = EVERY,
+             timeout: float = EVALUATION_TIMEOUT, prometheus_url: str | None = None) -> dict[int, Evaluation]:
+    """Evaluate the due conditions of the running plans of ``job_names`` (those a process
+    defines), each under its lock; returns the outcome of each plan evaluated here."""
+    done: dict[int, Evaluation] = {}
+    due = ledger.dict_rows(conn, Q["due_conditions"], {
+        "job_names": list(job_names), "now": now, "every": every})
+    for p in due:
+        result = evaluate_plan(conn, namespace, p["id"], now, every, timeout, prometheus_url)
+        if result is not None:
+            done[p["id"]] = result
+    return done
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(url, autocommit=True, application_name="runner-condition")
+    conn.execute("SET TIME ZONE 'UTC'")
+    return conn
+
+
+def run_forever(open_conn: Callable[[], psycopg.Connection[Any]], namespace: int, job_names: list[str],
+                stop: threading.Event, poll: float = POLL, prometheus_url: str | None = None) -> None:
+    """The condition duty of a ``runner start`` process, on its own thread and connection:
+    every ``poll`` seconds, ``run_once``. Its own error boundary: a failure is logged and
+    retried; a lost connection is opened again."""
+    conn: psycopg.Connection[Any] | None = None
+    delay = poll
+    while not stop.is_set():
+        try:
+            if conn is None or conn.closed or conn.broken:
+                conn = open_conn()
+            run_once(conn, namespace, job_names, prometheus_url=prometheus_url)
+            delay = poll
+        except Exception as exc:
+            cls, _ = error_text(exc)
+            log.warning("pause conditions: %s: %s; trying again in %.0fs", cls, _first_line(exc), delay)
+            if conn is not None and (conn.closed or conn.broken or isinstance(exc, psycopg.OperationalError)):
+                with contextlib.suppress(Exception):
+                    conn.close()
+                conn = None
+            delay = min(delay * 2, 30.0)
+        stop.wait(delay)
+    if conn is not None:
+        conn.close()

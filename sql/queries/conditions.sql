@@ -1,0 +1,50 @@
+-- Named statements of backfill pause conditions (runner/conditions.py): which plans'
+-- conditions are due, the plan lock of an evaluation, the evaluation itself (through
+-- runner.pause_condition_v1, as the condition role) and the session's reset after it. The
+-- outcome is recorded with the backfill lane's own statements (sql/queries/backfill.sql:
+-- pause_checked, pause_plan).
+
+-- name: due_conditions
+-- The running plans of these jobs whose pause condition is due (never checked, or last
+-- checked at least `every` seconds ago).
+SELECT b.id, b.job_name
+FROM runner.backfills b
+WHERE b.status = 'running'
+  AND b.pause_when IS NOT NULL
+  AND b.job_name = ANY(%(job_names)s::text[])
+  AND (b.pause_checked_at IS NULL
+       OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(every)s))
+ORDER BY b.id
+
+-- name: lock_condition
+-- One runner at a time evaluates a plan's condition: a transaction-level advisory lock in
+-- the two-int form (lock namespace, -plan id). The lane's pass of the plan takes (namespace,
+-- plan id), so an evaluation never holds up the lane; two-int keys never meet the one-bigint
+-- keys of runs; a condition cannot release a transaction-level lock. Taken with try: a
+-- runner that does not get it leaves the evaluation to the holder. Under the lock, whether
+-- the condition is still due (another runner may have just checked it) and its text.
+SELECT b.pause_when
+FROM runner.backfills b
+WHERE b.id = %(plan_id)s
+  AND pg_try_advisory_xact_lock(%(namespace)s::int, -%(plan_id)s::int)
+  AND b.status = 'running'
+  AND b.pause_when IS NOT NULL
+  AND (b.pause_checked_at IS NULL
+       OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(every)s))
+
+-- name: evaluate
+-- The condition, run as the condition role (sql/functions/pause_condition_v1.sql).
+SELECT runner.pause_condition_v1(%(condition)s) AS value
+
+-- name: advisory_locks_held
+-- Advisory locks this session holds beyond the evaluation's own plan lock: a condition
+-- that took some (they are released right after, by release_locks).
+SELECT count(*) AS held
+FROM pg_locks l
+WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
+  AND NOT (l.objsubid = 2 AND l.classid = %(namespace)s::int::oid
+           AND l.objid = ((-%(plan_id)s::int)::bigint & 4294967295)::oid)
+
+-- name: release_locks
+-- Every session-level advisory lock of this session (a condition may have taken some).
+SELECT pg_advisory_unlock_all()
