@@ -14,7 +14,18 @@ down_revision = "0006_edges"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0007_security.sql"]
+UPGRADE = [
+    "revisions/0007_security.sql",
+    # the worker's outcomes, fence-checked, as the owner
+    "functions/finish_attempts_v1.sql",
+    "functions/record_replay_plan_v1.sql",
+    # every operator action, audited, as the owner
+    "functions/rerun_v1.sql",
+    "functions/set_job_paused_v1.sql",
+    "functions/decide_runs_v1.sql",
+    "functions/create_backfill_v1.sql",
+    "functions/backfill_actions_v1.sql",
+]
 DOWNGRADE = ["revisions/0007_security.down.sql"]
 
 
