@@ -3,9 +3,11 @@ or misfire="replay" beyond its caps), on the named SQL of ``sql/queries/approval
 
 Same shape as every operator action (runner/operate.py): ``plan`` reads the held runs of the
 selection (one slot, a range ``[from, to)``, or all of the job's; optionally one partition),
-the operator sees them and confirms, then ``decide`` changes them in one transaction with
-one ``runner.requests`` row listing every run it touched, before and after. A run that
-stopped awaiting approval in between is left alone (and reported).
+the operator sees them and confirms, then ``decide`` changes them with one
+``runner.requests`` row listing every run it touched, before and after, in one call of
+``runner.decide_runs_v1`` (sql/functions/decide_runs_v1.sql: it checks each run is still
+awaiting approval, under its row lock). A run that stopped awaiting approval in between is
+left alone (and reported).
 
 * approve: the run becomes ``pending`` (trigger ``manual``, due now) with a full budget of
   attempts; the loop of any live runner starts it like every queued run.
@@ -82,31 +84,14 @@ def decide(conn: psycopg.Connection[Any], planned: ApprovalPlan, reason: str, wh
     reason = operate.checked_text(reason, "--reason")
     who = operate.checked_text(who or default_who(), "--by")
     ids = [r["id"] for r in planned.runs]
-    verb = "approved" if planned.action == "approve" else "skipped"
+    selection = {k: (v.isoformat() if isinstance(v, datetime) else v)
+                 for k, v in planned.selection.items()}
     with conn.transaction():
-        changed = ledger.dict_rows(conn, Q[f"{planned.action}_runs"], {
-            "run_ids": ids, "now": now, "status_reason": f"{verb} by {who}: {reason}"[:1000]})
-        done = {r["id"] for r in changed}
-        left_alone = [i for i in ids if i not in done]
-        if not changed:
-            raise OperatorError(f"none of the {len(ids)} run(s) is awaiting approval any more; "
-                                "nothing written")
-        after = ({"status": "pending", "trigger": "manual"} if planned.action == "approve"
-                 else {"status": "skipped"})
-        touched = {
-            "selection": {k: (v.isoformat() if isinstance(v, datetime) else v)
-                          for k, v in planned.selection.items()},
-            "runs": [{
-                "run_id": r["id"],
-                "slot": r["schedule_slot"].isoformat(),
-                "partition_key": r["partition_key"],
-                "before": {"status": r["before_status"], "trigger": r["before_trigger"],
-                           "attempt": r["before_attempt"],
-                           "uncounted_attempts": r["before_uncounted_attempts"],
-                           "status_reason": r["before_reason"]},
-                "after": after,
-            } for r in changed],
-            "left_alone": left_alone,
-        }
-        request = operate.write_request(conn, planned.action, planned.job_name, who, reason, touched)
-    return {"request": request, "runs": changed, "left_alone": left_alone}
+        changed = operate.call_action(conn, Q["decide_runs"], {
+            "action": planned.action, "job_name": planned.job_name, "run_ids": ids,
+            "selection": operate.as_json(selection), "who": who, "reason": reason, "now": now})
+        request = operate.get_request(conn, changed[0].pop("request_id"))
+        for row in changed[1:]:
+            row.pop("request_id")
+    done = {r["id"] for r in changed}
+    return {"request": request, "runs": changed, "left_alone": [i for i in ids if i not in done]}

@@ -3,8 +3,10 @@
 A *plan* (a ``runner.backfills`` row) covers the slots of one job in ``[range_from, range_to)``
 by the job's current schedule, times its partitions (``--partition``, else the job's static
 partitions, else what its partitions callable returns for each slot). Creating it writes, in
-one transaction with its ``runner.requests`` row, one queued run per slot x partition, tagged
-with the plan's ``replay_group_id`` and lane, and trigger ``backfill``:
+one transaction with its ``runner.requests`` row (one call of ``runner.create_backfill_v1``,
+sql/functions/create_backfill_v1.sql, as every operator action on a plan is a function),
+one queued run per slot x partition, tagged with the plan's ``replay_group_id`` and lane,
+and trigger ``backfill``:
 
 * no run yet: a new run, ``pending``;
 * a run that failed, is dead, skipped, coalesced, awaiting approval or cancelled (or
@@ -295,39 +297,19 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
     who = operate.checked_text(who or default_who(), "--by")
     spec = planned.spec
     with conn.transaction():
-        row = _one(conn, "insert_plan", {
+        [made] = operate.call_action(conn, Q["create_backfill"], {
             "job_name": spec.job_name, "range_from": spec.range_from, "range_to": spec.range_to,
             "partitions": planned.partitions, "lane": spec.lane, "concurrency": spec.concurrency,
             "rate": spec.rate, "max_failures": spec.max_failures, "pause_when": spec.pause_when,
-            "force": spec.force, "expected_runs": len(planned.expected), "requested_by": who,
-            "reason": reason, "now": now,
+            "force": spec.force, **planned.expected.columns(), "who": who, "reason": reason,
+            "now": now,
         })
+        row = _one(conn, "get_plan", {"plan_id": made["backfill_id"]})
         assert row is not None
-        common = {"job_name": spec.job_name, "replay_group_id": row["replay_group_id"],
-                  "lane": spec.lane, "now": now,
-                  "status_reason": f"backfill {row['id']}: {reason}"[:1000]}
-        requeued = ledger.dict_rows(conn, Q["requeue_runs"], {
-            **common, **planned.expected.keys(), "force": spec.force})
-        inserted = ledger.dict_rows(conn, Q["insert_runs"], {**common, **planned.expected.columns()})
-        left_alone = len(planned.expected) - len(requeued) - len(inserted)
-        touched = {
-            "backfill": {k: row[k] for k in (
-                "id", "replay_group_id", "job_name", "range_from", "range_to", "partitions", "lane",
-                "concurrency", "rate", "max_failures", "pause_when", "force", "expected_runs")},
-            "runs_inserted": len(inserted),
-            "runs_requeued": [{
-                "run_id": r["id"],
-                "slot": r["schedule_slot"].isoformat(),
-                "partition_key": r["partition_key"],
-                "before": {"status": r["before_status"], "trigger": r["before_trigger"],
-                           "attempt": r["before_attempt"], "fence": r["before_fence"],
-                           "uncounted_attempts": r["before_uncounted_attempts"]},
-                "after": {"status": "pending", "trigger": "backfill"},
-            } for r in requeued],
-            "runs_left_alone": left_alone,
-        }
-        request = operate.write_request(conn, "backfill", spec.job_name, who, reason, touched)
-    return {"backfill": row, "request": request, "inserted": len(inserted), "requeued": requeued,
+        request = operate.get_request(conn, made["request_id"])
+    requeued = [{**r, "schedule_slot": datetime.fromisoformat(r["schedule_slot"])} for r in made["requeued"]]
+    left_alone = row["expected_runs"] - len(requeued) - made["inserted"]
+    return {"backfill": row, "request": request, "inserted": made["inserted"], "requeued": requeued,
             "left_alone": left_alone}
 
 
@@ -480,10 +462,13 @@ def reverify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef, reason: s
                             "nothing written")
     status, detail = run_checks(conn, plan_id, job)
     with conn.transaction():
-        recorded = _record_verify(conn, plan_id, status, detail, now)
-        request = operate.write_request(conn, "backfill_verify", row["job_name"], who, reason, {
-            "backfills": [{"id": plan_id, "before": {"verify_status": row["verify_status"]},
-                           "after": {"verify_status": status}}]})
+        request_id = _one_action(conn, "record_backfill_verify", {
+            "plan_id": plan_id, "verify_status": status, "verify_detail": Jsonb(detail, dumps=_dumps),
+            "who": who, "reason": reason, "now": now})
+        plan_row = _one(conn, "get_plan", {"plan_id": plan_id})
+        assert plan_row is not None
+        request = operate.get_request(conn, request_id)
+    recorded = {k: plan_row[k] for k in ("id", "verify_status", "verify_detail", "verified_at")}
     log.info("backfill_verified plan=%s job=%s status=%s (again, request %s)", plan_id, job.name,
              status, request["id"])
     return {"backfill": recorded, "request": request}
@@ -588,68 +573,58 @@ def show(conn: psycopg.Connection[Any], plan_id: int) -> Progress:
     return Progress(plan=row, counts=counts, failures=failures)
 
 
-def _action(conn: psycopg.Connection[Any], plan_id: int, action: str, allowed: Sequence[str],
-            reason: str, who: str | None) -> tuple[dict[str, Any], str, str]:
-    reason = operate.checked_text(reason, "--reason")
-    who = operate.checked_text(who or default_who(), "--by")
-    row = _one(conn, "lock_plan", {"plan_id": plan_id})
-    if row is None:
-        raise OperatorError(f"no backfill {plan_id} (see `runner backfill list`)")
-    if row["status"] not in allowed:
-        raise OperatorError(f"backfill {plan_id} is {row['status']}: it cannot be {action}; nothing written")
-    return row, reason, who
+def _one_action(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> Any:
+    """Call one plan action function (sql/functions/backfill_actions_v1.sql); its value (the
+    request's id)."""
+    [row] = operate.call_action(conn, Q[name], params)
+    return row["request_id"]
+
+
+def _checked(reason: str, who: str | None) -> tuple[str, str]:
+    return operate.checked_text(reason, "--reason"), operate.checked_text(who or default_who(), "--by")
 
 
 def pause(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | None = None,
           now: datetime | None = None) -> dict[str, Any]:
     """Pause a running plan: its queued runs wait; runs in flight finish."""
+    reason, who = _checked(reason, who)
     with conn.transaction():
-        row, reason, who = _action(conn, plan_id, "paused", ("planned", "running"), reason, who)
-        changed = _one(conn, "pause_plan", {"plan_id": plan_id, "now": now,
-                                            "reason": f"paused by {who}: {reason}"[:1000]})
-        request = operate.write_request(conn, "backfill_pause", row["job_name"], who, reason, {
-            "backfills": [{"id": plan_id, "before": {"status": row["status"]},
-                           "after": {"status": "paused"}}]})
-    return {"backfill": changed, "request": request}
+        request_id = _one_action(conn, "pause_backfill", {
+            "plan_id": plan_id, "who": who, "reason": reason, "now": now})
+        changed = _one(conn, "get_plan", {"plan_id": plan_id})
+        request = operate.get_request(conn, request_id)
+    assert changed is not None
+    keep = ("id", "status", "pause_reason", "paused_at")
+    return {"backfill": {k: changed[k] for k in keep}, "request": request}
 
 
 def resume(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | None = None,
            max_failures: int | None = None, set_max_failures: bool = False,
            now: datetime | None = None) -> dict[str, Any]:
     """Resume a paused plan (optionally with another failure threshold)."""
+    reason, who = _checked(reason, who)
+    if set_max_failures and max_failures is not None and max_failures < 0:
+        raise OperatorError("--max-failures must be 0 or more")
     with conn.transaction():
-        row, reason, who = _action(conn, plan_id, "resumed", ("paused",), reason, who)
-        if set_max_failures and max_failures is not None and max_failures < 0:
-            raise OperatorError("--max-failures must be 0 or more")
-        changed = _one(conn, "resume_plan", {"plan_id": plan_id, "now": now, "max_failures": max_failures,
-                                             "set_max_failures": set_max_failures})
-        assert changed is not None
-        after: dict[str, Any] = {"status": "running"}
-        if set_max_failures:
-            after["max_failures"] = max_failures
-        request = operate.write_request(conn, "backfill_resume", row["job_name"], who, reason, {
-            "backfills": [{"id": plan_id,
-                           "before": {"status": row["status"], "pause_reason": row["pause_reason"],
-                                      "max_failures": row["max_failures"]},
-                           "after": after}]})
-    return {"backfill": changed, "request": request}
+        request_id = _one_action(conn, "resume_backfill", {
+            "plan_id": plan_id, "who": who, "reason": reason, "max_failures": max_failures,
+            "set_max_failures": set_max_failures, "now": now})
+        changed = _one(conn, "get_plan", {"plan_id": plan_id})
+        request = operate.get_request(conn, request_id)
+    assert changed is not None
+    return {"backfill": {k: changed[k] for k in ("id", "status", "max_failures")}, "request": request}
 
 
 def cancel(conn: psycopg.Connection[Any], plan_id: int, reason: str, who: str | None = None,
            now: datetime | None = None) -> dict[str, Any]:
     """Cancel a plan: its runs not yet started (pending, or waiting for a retry) become
     cancelled, with the reason; runs in flight finish."""
+    reason, who = _checked(reason, who)
     with conn.transaction():
-        row, reason, who = _action(conn, plan_id, "cancelled", ACTIVE, reason, who)
-        changed = _one(conn, "cancel_plan", {"plan_id": plan_id, "now": now})
-        runs = ledger.dict_rows(conn, Q["cancel_plan_runs"], {
-            "replay_group_id": row["replay_group_id"], "now": now,
-            "status_reason": f"backfill {plan_id} cancelled by {who}: {reason}"[:1000]})
-        request = operate.write_request(conn, "backfill_cancel", row["job_name"], who, reason, {
-            "backfills": [{"id": plan_id, "before": {"status": row["status"]},
-                           "after": {"status": "cancelled"}}],
-            "runs": [{"run_id": r["id"], "before": {"status": r["before_status"]},
-                      "after": {"status": "cancelled"}} for r in runs],
-        })
-    return {"backfill": changed, "request": request, "runs_cancelled": len(runs)}
-
+        [done] = operate.call_action(conn, Q["cancel_backfill"], {
+            "plan_id": plan_id, "who": who, "reason": reason, "now": now})
+        changed = _one(conn, "get_plan", {"plan_id": plan_id})
+        request = operate.get_request(conn, done["request_id"])
+    assert changed is not None
+    return {"backfill": {k: changed[k] for k in ("id", "status", "finished_at")}, "request": request,
+            "runs_cancelled": done["runs_cancelled"]}

@@ -276,7 +276,7 @@ def start(
     prometheus_url: PrometheusOpt = None,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
-    from runner.events import JsonFormatter, TextFormatter
+    from runner.events import JsonFormatter, TextFormatter, event
     from runner.loop import LoopConfig, Worker
     from runner.metrics import Metrics
 
@@ -296,7 +296,10 @@ def start(
             raise ConfigError(f"the app {app_spec!r} registers no jobs")
         namespace = lock_namespace()
         choice, conn = _open_ledger(database_url)
+        warning = None if choice.embedded else migrate.privilege_warning(conn)
         conn.close()
+        if warning is not None:
+            event(logging.getLogger("runner"), "privileged_login", logging.WARNING, detail=warning)
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
                             grace=grace, prometheus_url=prometheus_url)
         metrics = Metrics()

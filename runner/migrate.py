@@ -136,3 +136,23 @@ def describe_schema(conn: psycopg.Connection[Any]) -> str:
     # Views are described by their columns (above), not by pg_get_viewdef: its text differs
     # between PostgreSQL versions; their definitions live in sql/views/.
     return "\n".join(out).strip() + "\n"
+
+
+def privilege_warning(conn: psycopg.Connection[Any]) -> str | None:
+    """One line when the session runs as a superuser or as the owner of the runner schema
+    (which `runner start` should not: see sql/roles.sql), else None."""
+    from runner.sqlfiles import queries
+
+    row = conn.execute(queries("schema")["login_privileges"]).fetchone()
+    if row is None:
+        return None
+    role, superuser, owner, owner_name = row
+    if superuser:
+        what = "a superuser (it bypasses every role check and the audit's append-only trigger)"
+    elif owner:
+        what = (f"the owner of the runner schema ({owner_name}: exempt from the audit's append-only "
+                "trigger, and every role check)")
+    else:
+        return None
+    return (f"connected as {role}, {what}; run `runner start` as a login in the worker role "
+            "(sql/roles.sql) and the migrations as the owner")

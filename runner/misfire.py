@@ -59,7 +59,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from runner.app import JobDef
 from runner.events import event
@@ -69,7 +68,6 @@ from runner.sqlfiles import queries
 
 log = logging.getLogger("runner.misfire")
 Q = queries("misfire")
-BQ = queries("backfill")
 
 BATCH = 1000
 EPSILON = timedelta(microseconds=1)
@@ -267,16 +265,13 @@ def _coalesce(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], newe
 def _replay_plan(conn: psycopg.Connection[Any], job: JobDef, replays: list[_Row]) -> Any:
     """A plan for the replayed runs of a job with ``verify``; returns its replay group id."""
     slots = sorted({r.slot for r in replays})
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(BQ["insert_plan"], {
-            "job_name": job.name, "range_from": slots[0], "range_to": slots[-1] + EPSILON,
-            "partitions": None, "lane": "catch_up", "concurrency": 1, "rate": None,
-            "max_failures": None, "pause_when": None, "force": False, "expected_runs": len(replays),
-            "requested_by": "runner (misfire=replay)",
-            "reason": f"verify the {len(slots)} slot(s) replayed after a misfire", "now": None,
-        }).fetchone()
+    row = conn.execute(Q["record_replay_plan"], {
+        "job_name": job.name, "range_from": slots[0], "range_to": slots[-1] + EPSILON,
+        "expected_runs": len(replays),
+        "reason": f"verify the {len(slots)} slot(s) replayed after a misfire", "now": None,
+    }).fetchone()
     assert row is not None
-    return row["replay_group_id"]
+    return row[0]
 
 
 def _record(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], now: datetime,

@@ -2,9 +2,13 @@
 parsing and printing (that is runner/cli.py), on the named SQL of ``sql/queries/operate.sql``.
 
 Every change an operator makes follows one shape: a *plan* reads what the action would touch
-(shown to the operator, who confirms), then one transaction locks the rows, checks they are
-still as shown, writes the change and its ``runner.requests`` row (who, why, what it
-touched, before and after). A run or job that changed in between is left alone.
+(shown to the operator, who confirms), then one call of the action's database function
+(``runner.rerun_v1``, ``runner.set_job_paused_v1``, ...: sql/functions/) locks the rows,
+checks the transition and that they are still as shown, writes the change and its
+``runner.requests`` row (who, why, what it touched, before and after) in one transaction.
+A run or job that changed in between is left alone. The functions run as the schema owner
+(SECURITY DEFINER), so the operator role needs no INSERT or UPDATE on the ledger: they are
+the only way an operator changes it. A refusal comes back as ``OperatorError``.
 
 Rerun. The run goes back to ``pending`` with trigger ``manual`` and ``next_attempt_at = now``;
 the loop of any live runner then claims it like every queued run (attempt + 1, fence + 1,
@@ -73,14 +77,25 @@ def column_exists(conn: psycopg.Connection[Any], relation: str, column: str) -> 
     return bool(row and row["present"])
 
 
-def write_request(conn: psycopg.Connection[Any], action: str, job_name: str, who: str, reason: str,
-             touched: dict[str, Any]) -> dict[str, Any]:
-    row = _one(conn, "insert_request", {
-        "action": action, "job_name": job_name, "who": who, "reason": reason,
-        "touched": Jsonb(touched, dumps=lambda o: json.dumps(o, sort_keys=True, default=str)),
-    })
+def call_action(conn: psycopg.Connection[Any], statement: str,
+                params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one action function's statement; its refusals (raised as P0001 by the function,
+    one line, nothing written) come back as ``OperatorError``."""
+    try:
+        return ledger.dict_rows(conn, statement, params)
+    except psycopg.errors.RaiseException as exc:
+        raise OperatorError(exc.diag.message_primary or str(exc).strip()) from None
+
+
+def get_request(conn: psycopg.Connection[Any], request_id: int) -> dict[str, Any]:
+    """The runner.requests row an action function wrote."""
+    row = _one(conn, "get_request", {"request_id": request_id})
     assert row is not None
     return row
+
+
+def as_json(value: Any) -> Jsonb:
+    return Jsonb(value, dumps=lambda o: json.dumps(o, sort_keys=True, default=str))
 
 
 # -- status -----------------------------------------------------------------------------
@@ -185,33 +200,10 @@ def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str 
     who = checked_text(who or default_who(), "--by")
     seen = plan.run
     with conn.transaction():
-        run = _one(conn, "lock_run", {"run_id": seen["id"]})
-        if run is None:
-            raise OperatorError(f"run {seen['id']} no longer exists; nothing written")
-        if (run["status"], run["fence"]) != (seen["status"], seen["fence"]):
-            raise OperatorError(
-                f"run {run['id']} changed since it was shown (now {run['status']}, fence "
-                f"{run['fence']}); nothing written: run the command again")
-        touched = {
-            "runs": [{
-                "run_id": run["id"],
-                "slot": run["schedule_slot"].isoformat(),
-                "partition_key": run["partition_key"],
-                "before": {k: run[k] for k in ("status", "trigger", "attempt", "fence",
-                                               "uncounted_attempts", "processed_count",
-                                               "failed_count", "last_error")},
-                "after": {"status": "pending", "trigger": "manual",
-                          "uncounted_attempts": run["attempt"]},
-            }],
-            "force": force,
-        }
-        request = write_request(conn, "rerun", run["job_name"], who, reason, touched)
-        updated = _one(conn, "rerun_run", {
-            "run_id": run["id"], "status": run["status"], "fence": run["fence"], "now": now,
-            "status_reason": f"manual rerun (request {request['id']}): {reason}"[:1000],
-        })
-        if updated is None:  # cannot happen under the row lock; never write half an action
-            raise OperatorError(f"run {run['id']} could not be queued; nothing written")
+        [updated] = call_action(conn, Q["rerun"], {
+            "run_id": seen["id"], "seen_status": seen["status"], "seen_fence": seen["fence"],
+            "force": force, "who": who, "reason": reason, "now": now})
+        request = get_request(conn, updated.pop("request_id"))
     return {"request": request, "run": updated}
 
 
@@ -245,19 +237,9 @@ def set_paused(conn: psycopg.Connection[Any], plan: PausePlan, reason: str,
     who = checked_text(who or default_who(), "--by")
     name = plan.job["job_name"]
     with conn.transaction():
-        job = _one(conn, "lock_job", {"job_name": name})
-        if job is None:
-            raise OperatorError(f"job {name!r} no longer exists; nothing written")
-        if bool(job["paused"]) == plan.paused:
+        changed = call_action(conn, Q["set_paused"], {
+            "job_name": name, "paused": plan.paused, "who": who, "reason": reason})
+        if not changed:  # already in that state
             return None
-        touched = {
-            "jobs": [{"job_name": name, "before": {"paused": job["paused"]},
-                      "after": {"paused": plan.paused}}],
-            "runs_running": plan.job["running"],
-            "runs_queued": plan.job["queued"],
-        }
-        request = write_request(conn, "pause" if plan.paused else "resume", name, who, reason, touched)
-        changed = _one(conn, "set_paused", {"job_name": name, "paused": plan.paused})
-        if changed is None:  # cannot happen under the row lock
-            raise OperatorError(f"job {name!r} could not be changed; nothing written")
-    return {"request": request, "job": changed}
+        request = get_request(conn, changed[0]["request_id"])
+    return {"request": request, "job": {"job_name": changed[0]["job"], "paused": changed[0]["now_paused"]}}

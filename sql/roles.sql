@@ -9,24 +9,32 @@
 --     psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f sql/roles.sql
 --
 -- It creates three NOLOGIN group roles (cluster-wide, if they do not exist yet) and grants
--- them privileges in the current database only:
+-- them privileges in the current database only. What each can and cannot do is the role
+-- matrix of the README ("Roles"); tests/security/ proves every line of it with real logins.
 --
 --   runner_readonly  USAGE on schema runner; SELECT on its tables and views. Nothing else:
 --                    dashboards, psql on-call queries, `runner status` / `runs` / `gaps`.
---   runner_worker    what `runner start` needs: SELECT on everything; INSERT and UPDATE on
---                    every ledger table except runner.requests (the operators' audit) and
---                    runner.alembic_version; USAGE on the schema's sequences; EXECUTE on its
---                    functions. No DELETE or TRUNCATE anywhere, no write to runner.requests.
---   runner_operator  what runner_readonly has, plus what `runner rerun` / `pause` / `resume`
---                    (and `approve` / `skip`) write: INSERT on runner.requests (action,
---                    job_name, who, reason, touched only: requested_at and db_user keep their
---                    defaults, so the audit says truly when and as whom), UPDATE of
---                    runner.jobs.paused, and UPDATE of a run's status, trigger, schedule of
---                    its next attempt, counts and reason. An operator cannot change a run's
---                    fence, attempt, slot, partition or key, nor UPDATE/DELETE a request.
---                    `runner backfill` also inserts plans (runner.backfills) and the runs
---                    they add (not their fence, attempt or id), tags runs with a plan's
---                    group and lane, and changes a plan's state (pause, resume, cancel).
+--   runner_worker    what `runner start` needs, and no more (revision 0007_security):
+--                    SELECT on everything; INSERT of new jobs, their schedule history, new
+--                    runs and their first attempts, slot fan-outs, effects and its own
+--                    instance row; UPDATE only of a job's synced definition (not `paused`;
+--                    track_from only earlier, by a trigger), of run progress counts, attempt
+--                    heartbeats, effects, instances, and a plan's lane state (pause, complete,
+--                    tokens, verification; by a trigger, no other status change). Every other
+--                    state transition goes through fence-checked functions that run as the
+--                    schema owner: runner.start_attempts_v1 (a new attempt, fence + 1),
+--                    runner.finish_attempts_v1 (outcomes), runner.record_replay_plan_v1 (the
+--                    only plan a runner makes) and runner.advance_watermarks_v1 (the gap
+--                    scan's watermarks: no direct write to gap_watermarks or gap_holes). No
+--                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
+--                    or runner.alembic_version, no UPDATE of a run's status, fence or attempt.
+--   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
+--                    (runner.rerun_v1, set_job_paused_v1, decide_runs_v1, create_backfill_v1,
+--                    pause_backfill_v1, resume_backfill_v1, cancel_backfill_v1,
+--                    record_backfill_verify_v1): each checks the transition, writes the
+--                    change and its runner.requests row (db_user = the login, not chosen by
+--                    the caller) in one transaction. No INSERT or UPDATE on any table: an
+--                    operator changes the ledger only through them, so only audited.
 --
 -- Choose other role names by setting them before the file runs, in the same session:
 --
@@ -43,9 +51,10 @@
 -- logs in as the same role). That is a cluster-wide power, so this file does not grant it;
 -- to allow it:  GRANT pg_signal_backend TO runner_worker;
 -- Retention (deleting old ledger rows) runs as the schema owner, not as these roles.
--- The views call runner functions (e.g. the gap scan's) with the reader's privileges; that
--- relies on PostgreSQL's default EXECUTE for PUBLIC. If your cluster revokes it, also grant
--- EXECUTE ON ALL FUNCTIONS IN SCHEMA runner to runner_readonly and runner_operator.
+-- Run the migrations as a role of their own that owns the runner schema (e.g. runner_owner,
+-- used by CI/CD only), and `runner start` as a member of runner_worker: the schema owner is
+-- exempt from the audit's append-only trigger and runs every SECURITY DEFINER function, and
+-- `runner start` warns when it is connected as the schema owner or as a superuser.
 
 DO $roles$
 DECLARE
@@ -74,41 +83,64 @@ BEGIN
         EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA runner TO %I', r);
     END LOOP;
 
-    -- worker: writes the ledger, never deletes from it, never writes the audit
+    -- every role may call the functions that run with its own privileges (the views' gap
+    -- scan, slot expansion, the audit): harmless, and needed where PUBLIC lost EXECUTE.
+    -- Functions that run as the schema owner (SECURITY DEFINER) are granted one by one below.
     FOR t IN
-        SELECT c.relname
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = 'runner' AND c.relkind IN ('r', 'p')
-          AND c.relname NOT IN ('requests', 'alembic_version')
-        ORDER BY c.relname
+        SELECT p.oid::regprocedure AS fn
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'runner' AND NOT p.prosecdef AND p.prokind = 'f'
+          AND p.prorettype <> 'trigger'::regtype
+        ORDER BY 1
     LOOP
-        EXECUTE format('GRANT INSERT, UPDATE ON runner.%I TO %I', t.relname, worker);
+        FOREACH r IN ARRAY ARRAY[worker, operator, readonly] LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn, r);
+        END LOOP;
     END LOOP;
-    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA runner TO %I', worker);
-    EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA runner TO %I', worker);
 
-    -- operator: the audit row of every action, and the few columns the actions change
-    EXECUTE format('GRANT INSERT (action, job_name, who, reason, touched) ON runner.requests TO %I',
-                   operator);
-    EXECUTE format('GRANT UPDATE (paused) ON runner.jobs TO %I', operator);
-    EXECUTE format('GRANT UPDATE (status, trigger, next_attempt_at, uncounted_attempts, finished_at, '
-                   'processed_count, failed_count, status_reason, updated_at) '
-                   'ON runner.job_runs TO %I', operator);
-    -- == backfills (revision 0003): `runner backfill` writes its plan, the runs it adds
-    -- (never a fence, attempt or id) and tags existing ones with its group and lane; its
-    -- pause, resume and cancel change the plan's state. (`approve`/`skip` need only the run
-    -- columns above.)
-    EXECUTE format('GRANT INSERT (job_name, range_from, range_to, partitions, lane, concurrency, rate, '
-                   'max_failures, pause_when, force, status, expected_runs, tokens, tokens_at, '
-                   'requested_by, reason, created_at, updated_at) ON runner.backfills TO %I', operator);
-    EXECUTE format('GRANT UPDATE (status, pause_reason, paused_at, finished_at, updated_at, max_failures, '
-                   'tokens, tokens_at) ON runner.backfills TO %I', operator);
+    -- worker: inserts what a runner creates, updates only what column grants can bound;
+    -- every other transition through the fence-checked functions
+    EXECUTE format('GRANT INSERT (job_name, schedule_kind, cron, every_interval, timezone, partitions, '
+                   'dynamic_partitions, max_attempts, version, options, paused, track_from, '
+                   'first_registered_at, synced_at) ON runner.jobs TO %I', worker);
+    EXECUTE format('GRANT UPDATE (schedule_kind, cron, every_interval, timezone, partitions, '
+                   'dynamic_partitions, max_attempts, version, options, track_from, synced_at) '
+                   'ON runner.jobs TO %I', worker);
+    EXECUTE format('GRANT INSERT ON runner.job_schedules TO %I', worker);
     EXECUTE format('GRANT INSERT (job_name, schedule_slot, partition_key, business_date, window_start, '
-                   'window_end, status, trigger, idempotency_key, replay_group_id, lane, scheduled_at, '
-                   'status_reason, updated_at) ON runner.job_runs TO %I', operator);
-    EXECUTE format('GRANT UPDATE (replay_group_id, lane, coalesced_into_slot) ON runner.job_runs TO %I',
-                   operator);
-    -- == end of backfills
+                   'window_end, status, trigger, attempt, fence, idempotency_key, replay_group_id, '
+                   'scheduled_at, next_attempt_at, started_at, finished_at, status_reason, '
+                   'coalesced_into_slot, updated_at) ON runner.job_runs TO %I', worker);
+    EXECUTE format('GRANT UPDATE (processed_count, failed_count, updated_at) ON runner.job_runs TO %I',
+                   worker);
+    EXECUTE format('GRANT INSERT (run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, '
+                   'lock_key, owner_backend_pid, started_at, heartbeat_at) ON runner.attempts TO %I',
+                   worker);
+    EXECUTE format('GRANT UPDATE (heartbeat_at, owner_backend_pid) ON runner.attempts TO %I', worker);
+    EXECUTE format('GRANT INSERT, UPDATE ON runner.effects TO %I', worker);
+    EXECUTE format('GRANT INSERT, UPDATE ON runner.instances TO %I', worker);
+    EXECUTE format('GRANT INSERT ON runner.slot_fanouts TO %I', worker);
+    EXECUTE format('GRANT UPDATE (status, pause_reason, paused_at, pause_checked_at, finished_at, '
+                   'updated_at, tokens, tokens_at, verify_status, verify_detail, verified_at) '
+                   'ON runner.backfills TO %I', worker);
+    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA runner TO %I', worker);
+
+    -- the functions that run as the schema owner, each to the role whose action it is
+    FOR t IN
+        SELECT p.oid::regprocedure AS fn, p.proname
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'runner' AND p.prosecdef
+          AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'record_replay_plan_v1',
+                            'advance_watermarks_v1', 'rerun_v1', 'set_job_paused_v1',
+                            'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
+                            'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1')
+        ORDER BY 1
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
+                       CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
+                                               'record_replay_plan_v1', 'advance_watermarks_v1')
+                            THEN worker ELSE operator END);
+    END LOOP;
 END
 $roles$;
 

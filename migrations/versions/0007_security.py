@@ -16,6 +16,15 @@ depends_on = None
 
 UPGRADE = [
     "revisions/0007_security.sql",
+    # the worker's outcomes, fence-checked, as the owner
+    "functions/finish_attempts_v1.sql",
+    "functions/record_replay_plan_v1.sql",
+    # every operator action, audited, as the owner
+    "functions/rerun_v1.sql",
+    "functions/set_job_paused_v1.sql",
+    "functions/decide_runs_v1.sql",
+    "functions/create_backfill_v1.sql",
+    "functions/backfill_actions_v1.sql",
     # sessions holding runner lock keys that are not registered runners (runner/takeover.py)
     "revisions/0007_security.squatters.sql", "functions/runner_sessions_v1.sql", "views/alerts.sql",
     # the pause condition, run as the condition role (runner/conditions.py)

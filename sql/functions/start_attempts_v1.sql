@@ -25,6 +25,12 @@
 -- Returns one row per run it changed: outcome 'started' (with the run's new attempt) or
 -- 'dead' (no attempt started; for recovery = true this session holds the run's lock and
 -- must release it). Runs that no longer match what the caller saw are left alone.
+--
+-- Privileges: it runs as its owner (SECURITY DEFINER, fixed search_path), so that the worker
+-- role needs no UPDATE of a run's status, attempt or fence, nor of an attempt's status
+-- (revision 0007_security): the rules above are what lets a fence move. The advisory locks
+-- it takes are the calling session's, as before. EXECUTE is revoked from PUBLIC; sql/roles.sql
+-- grants it to the worker role.
 CREATE OR REPLACE FUNCTION runner.start_attempts_v1(
     run_ids bigint[], fences bigint[], recovery boolean, owner_host text, owner_pid integer,
     owner_instance uuid, namespace integer, as_of timestamptz DEFAULT NULL)
@@ -34,6 +40,8 @@ RETURNS TABLE (
     fence bigint, idempotency_key text, uncounted_attempts integer, started_at timestamptz,
     locked boolean, outcome text)
 LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 WITH clock AS (
     SELECT coalesce(as_of, now()) AS now
@@ -120,3 +128,4 @@ SELECT x.id, x.job_name, x.schedule_slot, x.partition_key, x.business_date, x.wi
        x.started_at, recovery, 'dead'
 FROM exhausted x
 $$;
+REVOKE ALL ON FUNCTION runner.start_attempts_v1(bigint[], bigint[], boolean, text, integer, uuid, integer, timestamptz) FROM PUBLIC;

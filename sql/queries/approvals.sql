@@ -16,52 +16,12 @@ WHERE r.job_name = %(job_name)s
 ORDER BY r.schedule_slot, r.partition_key
 LIMIT %(limit)s
 
--- name: approve_runs
--- Approved: pending now, trigger manual, with a full budget of attempts (the attempts it had
--- stop counting). Only runs still awaiting approval change; each is returned with its state
--- before.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), target AS (
-    SELECT r.id, r.status, r.trigger, r.attempt, r.uncounted_attempts, r.status_reason
-    FROM runner.job_runs r
-    WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'awaiting_approval'
-    ORDER BY r.id
-    FOR UPDATE OF r
-)
-UPDATE runner.job_runs r
-SET status = 'pending',
-    trigger = 'manual',
-    next_attempt_at = c.now,
-    uncounted_attempts = r.attempt,
-    finished_at = NULL,
-    status_reason = %(status_reason)s,
-    updated_at = c.now
-FROM target t, clock c
-WHERE r.id = t.id AND r.status = t.status
-RETURNING r.id, r.schedule_slot, r.partition_key, t.status AS before_status,
-          t.trigger AS before_trigger, t.attempt AS before_attempt,
-          t.uncounted_attempts AS before_uncounted_attempts, t.status_reason AS before_reason
-
--- name: skip_runs
--- Skipped by an operator: final, with the reason. Only runs still awaiting approval change.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), target AS (
-    SELECT r.id, r.status, r.trigger, r.attempt, r.uncounted_attempts, r.status_reason
-    FROM runner.job_runs r
-    WHERE r.id = ANY(%(run_ids)s::bigint[]) AND r.status = 'awaiting_approval'
-    ORDER BY r.id
-    FOR UPDATE OF r
-)
-UPDATE runner.job_runs r
-SET status = 'skipped',
-    next_attempt_at = NULL,
-    finished_at = c.now,
-    status_reason = %(status_reason)s,
-    updated_at = c.now
-FROM target t, clock c
-WHERE r.id = t.id AND r.status = t.status
-RETURNING r.id, r.schedule_slot, r.partition_key, t.status AS before_status,
-          t.trigger AS before_trigger, t.attempt AS before_attempt,
-          t.uncounted_attempts AS before_uncounted_attempts, t.status_reason AS before_reason
+-- name: decide_runs
+-- Approve (pending now, trigger manual, a full budget of attempts) or skip (skipped, with the
+-- reason) the given runs that still await approval, with one request row:
+-- runner.decide_runs_v1 (sql/functions/decide_runs_v1.sql). Each changed run comes back with
+-- its state before.
+SELECT f.request_id, f.id, f.schedule_slot, f.partition_key, f.before_status, f.before_trigger,
+       f.before_attempt, f.before_uncounted_attempts, f.before_reason
+FROM runner.decide_runs_v1(%(action)s, %(job_name)s, %(run_ids)s::bigint[], %(selection)s::jsonb,
+                           %(who)s, %(reason)s, %(now)s::timestamptz) AS f

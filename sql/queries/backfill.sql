@@ -68,83 +68,6 @@ SELECT set_config('transaction_read_only', 'on', true),
 -- For a job's verify callable: a statement timeout for the rest of the transaction.
 SELECT set_config('statement_timeout', %(timeout)s, true)
 
--- name: insert_plan
-INSERT INTO runner.backfills (
-    job_name, range_from, range_to, partitions, lane, concurrency, rate, max_failures,
-    pause_when, force, status, expected_runs, tokens, tokens_at, requested_by, reason,
-    created_at, updated_at)
-VALUES (
-    %(job_name)s, %(range_from)s, %(range_to)s, %(partitions)s, %(lane)s, %(concurrency)s,
-    %(rate)s, %(max_failures)s, %(pause_when)s, %(force)s, 'running', %(expected_runs)s, 1,
-    coalesce(%(now)s::timestamptz, now()), %(requested_by)s, %(reason)s,
-    coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
-RETURNING *
-
--- name: requeue_runs
--- The plan's existing runs that get a new attempt: every status but succeeded (unless
--- force), running and pending, and never a run of another unfinished plan. Each becomes
--- pending (trigger backfill, the plan's group and lane) with a full budget of attempts: its
--- earlier attempts stop counting (uncounted_attempts = attempt). next_attempt_at stays NULL:
--- the backfill lane, not a due time, starts it. Returns each run with its state before.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), input AS (
-    SELECT *
-    FROM unnest(%(slots)s::timestamptz[], %(partition_keys)s::text[]) AS t(schedule_slot, partition_key)
-), target AS (
-    SELECT r.id, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.last_error
-    FROM input i
-    JOIN runner.job_runs r
-      ON r.job_name = %(job_name)s AND r.schedule_slot = i.schedule_slot
-     AND r.partition_key = i.partition_key
-    WHERE (r.status IN ('failed', 'dead', 'skipped', 'coalesced', 'awaiting_approval', 'cancelled')
-           OR (%(force)s AND r.status = 'succeeded'))
-      AND NOT EXISTS (SELECT 1 FROM runner.backfills b
-                      WHERE b.replay_group_id = r.replay_group_id
-                        AND b.status IN ('planned', 'running', 'paused'))
-    ORDER BY r.id
-    FOR UPDATE OF r
-)
-UPDATE runner.job_runs r
-SET status = 'pending',
-    trigger = 'backfill',
-    replay_group_id = %(replay_group_id)s,
-    lane = %(lane)s,
-    next_attempt_at = NULL,
-    uncounted_attempts = r.attempt,
-    finished_at = NULL,
-    processed_count = 0,
-    failed_count = 0,
-    coalesced_into_slot = NULL,
-    status_reason = %(status_reason)s,
-    updated_at = c.now
-FROM target t, clock c
-WHERE r.id = t.id AND r.status = t.status
-RETURNING r.id, r.schedule_slot, r.partition_key, t.status AS before_status,
-          t.trigger AS before_trigger, t.attempt AS before_attempt, t.fence AS before_fence,
-          t.uncounted_attempts AS before_uncounted_attempts, t.last_error AS before_last_error
-
--- name: insert_runs
--- The plan's slot x partitions that have no run yet: new runs, pending (trigger backfill).
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), input AS (
-    SELECT *
-    FROM unnest(%(slots)s::timestamptz[], %(partition_keys)s::text[], %(business_dates)s::date[],
-                %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[],
-                %(idempotency_keys)s::text[])
-         AS t(schedule_slot, partition_key, business_date, window_start, window_end, idempotency_key)
-)
-INSERT INTO runner.job_runs AS r (
-    job_name, schedule_slot, partition_key, business_date, window_start, window_end, status,
-    trigger, idempotency_key, replay_group_id, lane, scheduled_at, status_reason, updated_at)
-SELECT %(job_name)s, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
-       i.window_end, 'pending', 'backfill', i.idempotency_key, %(replay_group_id)s, %(lane)s,
-       c.now, %(status_reason)s, c.now
-FROM input i CROSS JOIN clock c
-ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
-RETURNING r.id
-
 -- name: lane_plans
 -- The running plans, for one pass of the lane (which keeps those of the jobs its process
 -- defines: filtering here, by an array of every job name, would cost more than the rows).
@@ -278,9 +201,6 @@ LIMIT %(limit)s
 -- name: get_plan
 SELECT * FROM runner.backfills WHERE id = %(plan_id)s
 
--- name: lock_plan
-SELECT * FROM runner.backfills WHERE id = %(plan_id)s FOR UPDATE
-
 -- name: group_counts
 -- A plan's runs by status (its progress).
 SELECT r.status, count(*) AS runs
@@ -297,39 +217,31 @@ WHERE r.replay_group_id = %(replay_group_id)s AND r.status IN ('failed', 'dead')
 ORDER BY r.updated_at DESC, r.id
 LIMIT %(limit)s
 
--- name: resume_plan
--- Paused -> running. The bucket starts again with one token (no burst after a pause).
-UPDATE runner.backfills
-SET status = 'running', pause_reason = NULL, paused_at = NULL,
-    max_failures = CASE WHEN %(set_max_failures)s THEN %(max_failures)s ELSE max_failures END,
-    tokens = 1, tokens_at = coalesce(%(now)s::timestamptz, now()),
-    updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(plan_id)s AND status = 'paused'
-RETURNING id, status, max_failures
+-- name: create_backfill
+-- Write the plan, queue its runs and write its request row: runner.create_backfill_v1
+-- (sql/functions/create_backfill_v1.sql), which checks what the database can (the arrays,
+-- the range, the partitions, the options) and always starts a plan running.
+SELECT f.backfill_id, f.request_id, f.inserted, f.requeued
+FROM runner.create_backfill_v1(
+    %(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz, %(partitions)s::text[],
+    %(lane)s, %(concurrency)s, %(rate)s::float8, %(max_failures)s::int, %(pause_when)s::text,
+    %(force)s, %(slots)s::timestamptz[], %(partition_keys)s::text[], %(business_dates)s::date[],
+    %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[],
+    %(who)s, %(reason)s, %(now)s::timestamptz) AS f
 
--- name: cancel_plan
-UPDATE runner.backfills
-SET status = 'cancelled', pause_reason = NULL,
-    finished_at = coalesce(%(now)s::timestamptz, now()), updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(plan_id)s AND status IN ('planned', 'running', 'paused')
-RETURNING id, status, finished_at
+-- name: pause_backfill
+-- The operator's actions on a plan (sql/functions/backfill_actions_v1.sql): each checks the
+-- transition under the plan's row lock and writes its request row; returns its id.
+SELECT runner.pause_backfill_v1(%(plan_id)s, %(who)s, %(reason)s, %(now)s::timestamptz) AS request_id
 
--- name: cancel_plan_runs
--- A cancelled plan's runs that have not started (pending, or failed and waiting for a retry)
--- are cancelled with the reason; runs in flight finish. Returns each with its status before.
-WITH target AS (
-    SELECT r.id, r.status
-    FROM runner.job_runs r
-    WHERE r.replay_group_id = %(replay_group_id)s AND r.status IN ('pending', 'failed')
-    ORDER BY r.id
-    FOR UPDATE OF r
-)
-UPDATE runner.job_runs r
-SET status = 'cancelled',
-    next_attempt_at = NULL,
-    finished_at = coalesce(%(now)s::timestamptz, now()),
-    status_reason = %(status_reason)s,
-    updated_at = coalesce(%(now)s::timestamptz, now())
-FROM target t
-WHERE r.id = t.id AND r.status = t.status
-RETURNING r.id, t.status AS before_status
+-- name: resume_backfill
+SELECT runner.resume_backfill_v1(%(plan_id)s, %(who)s, %(reason)s, %(max_failures)s::int,
+                                 %(set_max_failures)s, %(now)s::timestamptz) AS request_id
+
+-- name: cancel_backfill
+SELECT f.request_id, f.runs_cancelled
+FROM runner.cancel_backfill_v1(%(plan_id)s, %(who)s, %(reason)s, %(now)s::timestamptz) AS f
+
+-- name: record_backfill_verify
+SELECT runner.record_backfill_verify_v1(%(plan_id)s, %(verify_status)s, %(verify_detail)s::jsonb,
+                                        %(who)s, %(reason)s, %(now)s::timestamptz) AS request_id

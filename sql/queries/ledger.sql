@@ -9,7 +9,8 @@ SELECT version_num FROM runner.alembic_version
 
 -- name: sync_job
 -- Upsert one job definition; the row lock it takes serialises concurrent syncs of the same
--- job, so record_schedule (same transaction) sees the other syncer's history row.
+-- job, so record_schedule (same transaction) sees the other syncer's history row. An existing
+-- job's paused flag is the operators' (runner pause/resume): never written here.
 INSERT INTO runner.jobs AS j (
     job_name, schedule_kind, cron, every_interval, timezone, partitions, dynamic_partitions,
     max_attempts, version, options, paused, track_from, first_registered_at, synced_at)
@@ -28,7 +29,9 @@ ON CONFLICT (job_name) DO UPDATE SET
     max_attempts = EXCLUDED.max_attempts,
     version = EXCLUDED.version,
     options = EXCLUDED.options,
-    track_from = coalesce(%(track_from)s, j.track_from),
+    -- a code's track_from moves the tracked range earlier, never later (revision 0007_security:
+    -- a later start would take slots out of the gap scan; only the schema owner does that)
+    track_from = least(coalesce(%(track_from)s, j.track_from), j.track_from),
     synced_at = EXCLUDED.synced_at
 RETURNING job_name, paused, track_from
 
@@ -197,63 +200,13 @@ LEFT JOIN runner.start_attempts_v1(
     false, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz) AS k ON true
 
 -- name: finish_attempts
--- The one place that writes attempt outcomes, for a batch of attempts. A run changes only
--- if it is still running under the attempt's fence; an attempt whose fence is stale is
--- closed as 'stale' and its outcome is refused. Returns, per input row, whether it landed.
--- Run outcomes: succeeded, failed (a retry at now + retry_delay), dead, and released (the
--- owner gave the run back at shutdown: pending again at once, trigger recovery, and the
--- attempt does not count against max_attempts). The attempt's own status defaults to the
--- run outcome (timed_out and released are attempt statuses).
--- "Landed" is decided per (run id, fence), never per run id: one batch may hold a stale
--- outcome of an old attempt beside the current attempt's outcome of the same run, and only
--- the current one may land; each marks only its own attempt row.
--- Each run and attempt is reached by its key (id; run_id + fence). The status guards compare
--- with input.live ('running') instead of a literal so that the planner cannot prefer the
--- partial indexes of running rows, which keep an entry for every run finished since the last
--- vacuum: under load those indexes grow by thousands of dead entries a second, and a bitmap
--- scan of them would cost every batch more than the batch itself.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), input AS (
-    -- outcomes = [[run id, fence, status, attempt status, error class, error message,
-    -- retry delay, processed, failed], ...] as one JSON document
-    SELECT (e ->> 0)::bigint AS run_id, (e ->> 1)::bigint AS fence, e ->> 2 AS status,
-           e ->> 3 AS attempt_status, e ->> 4 AS error_class, e ->> 5 AS error_message,
-           (e ->> 6)::float8 AS retry_delay, (e ->> 7)::bigint AS processed,
-           (e ->> 8)::bigint AS failed, 'running'::text AS live
-    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS e
-), runs AS (
-    UPDATE runner.job_runs r
-    SET status = CASE i.status WHEN 'released' THEN 'pending' ELSE i.status END,
-        trigger = CASE i.status WHEN 'released' THEN 'recovery' ELSE r.trigger END,
-        uncounted_attempts = r.uncounted_attempts + CASE i.status WHEN 'released' THEN 1 ELSE 0 END,
-        finished_at = CASE WHEN i.status IN ('failed', 'released') THEN NULL ELSE c.now END,
-        next_attempt_at = CASE i.status
-                              WHEN 'failed' THEN c.now + make_interval(secs => i.retry_delay)
-                              WHEN 'released' THEN c.now END,
-        last_error = CASE WHEN i.status IN ('succeeded', 'released') THEN r.last_error
-                          ELSE i.error_class || ': ' || i.error_message END,
-        processed_count = coalesce(i.processed, r.processed_count),
-        failed_count = coalesce(i.failed, r.failed_count),
-        updated_at = c.now
-    FROM input i, clock c
-    WHERE r.id = i.run_id AND r.fence = i.fence AND r.status = i.live
-    RETURNING r.id, r.fence
-), attempts AS (
-    UPDATE runner.attempts a
-    SET status = CASE WHEN (i.run_id, i.fence) IN (SELECT id, fence FROM runs)
-                      THEN coalesce(i.attempt_status, i.status) ELSE 'stale' END,
-        finished_at = c.now,
-        error_class = i.error_class,
-        error_message = i.error_message
-    FROM input i, clock c
-    WHERE a.run_id = i.run_id AND a.fence = i.fence
-      -- an abandoned attempt whose owner comes back is marked stale: its write was refused
-      AND (a.status = i.live
-           OR (a.status = 'abandoned' AND (i.run_id, i.fence) NOT IN (SELECT id, fence FROM runs)))
-)
-SELECT i.run_id, i.fence, (i.run_id, i.fence) IN (SELECT id, fence FROM runs) AS recorded
-FROM input i
+-- The one place that writes attempt outcomes, for a batch of attempts: fence-checked, in
+-- runner.finish_attempts_v1 (sql/functions/finish_attempts_v1.sql says what lands and why),
+-- so that the worker role needs no UPDATE of run or attempt statuses. outcomes = [[run id,
+-- fence, status, attempt status, error class, error message, retry delay, processed,
+-- failed], ...] as one JSON document; returns, per input row, whether it landed.
+SELECT f.run_id, f.fence, f.recorded
+FROM runner.finish_attempts_v1(%(outcomes)s::jsonb, %(now)s::timestamptz) AS f
 
 -- name: unlock_runs
 SELECT pg_advisory_unlock(runner.lock_key_v1(%(namespace)s, run_id)) AS released

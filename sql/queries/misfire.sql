@@ -88,3 +88,10 @@ WITH clock AS (
     RETURNING r.status
 )
 SELECT status, count(*) FROM written GROUP BY status
+
+-- name: record_replay_plan
+-- The plan of a job's replayed runs (misfire="replay" with verify=): runner.record_replay_plan_v1,
+-- the one kind of plan a runner may make (the worker role cannot insert plans). Returns its
+-- replay_group_id.
+SELECT runner.record_replay_plan_v1(%(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz,
+                                    %(expected_runs)s, %(reason)s, %(now)s::timestamptz) AS replay_group_id

@@ -1,6 +1,6 @@
 -- Named statements of the operator commands (runner/operate.py): status, rerun, pause and
--- resume. Every change an operator makes is written in the same transaction as its
--- runner.requests row.
+-- resume. Every change an operator makes is one call of its action function (revision
+-- 0007_security), which writes the change and its runner.requests row together.
 
 -- name: job_health
 SELECT h.job_name, h.owner, h.paused, h.last_success_at, h.last_success_slot,
@@ -50,14 +50,6 @@ WHERE r.job_name = %(job_name)s AND r.schedule_slot = %(slot)s
 ORDER BY r.partition_key
 LIMIT 11
 
--- name: lock_run
-SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status,
-       r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.next_attempt_at, r.started_at,
-       r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason
-FROM runner.job_runs r
-WHERE r.id = %(run_id)s
-FOR UPDATE
-
 -- name: run_attempts
 SELECT a.attempt, a.fence, a.trigger, a.status, a.owner_host, a.owner_pid, a.started_at,
        a.finished_at, a.error_class, a.error_message
@@ -72,23 +64,15 @@ FROM runner.effects e
 WHERE e.run_id = %(run_id)s
 ORDER BY e.id
 
--- name: rerun_run
--- Queue the run for a new attempt now, triggered 'manual'. The attempts it had so far stop
--- counting against max_attempts, so even a dead run gets a full budget of attempts again.
--- Guarded by the status and fence the operator was shown: a run that changed meanwhile is
--- left alone (no row returned).
-UPDATE runner.job_runs r
-SET status = 'pending',
-    trigger = 'manual',
-    next_attempt_at = coalesce(%(now)s::timestamptz, now()),
-    uncounted_attempts = r.attempt,
-    finished_at = NULL,
-    processed_count = 0,
-    failed_count = 0,
-    status_reason = %(status_reason)s,
-    updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE r.id = %(run_id)s AND r.status = %(status)s AND r.fence = %(fence)s
-RETURNING r.id, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.next_attempt_at
+-- name: rerun
+-- Queue the run for a new attempt now, triggered 'manual', with its request row:
+-- runner.rerun_v1 (sql/functions/rerun_v1.sql) checks, under the run's row lock, that it is
+-- still as the operator was shown (status and fence) and may be rerun. The attempts it had
+-- so far stop counting against max_attempts, so even a dead run gets a full budget again.
+SELECT f.request_id, f.id, f.status, f.trigger, f.attempt, f.fence, f.uncounted_attempts,
+       f.next_attempt_at
+FROM runner.rerun_v1(%(run_id)s, %(seen_status)s, %(seen_fence)s, %(force)s, %(who)s, %(reason)s,
+                     %(now)s::timestamptz) AS f
 
 -- name: job_state
 SELECT j.job_name, j.paused, j.options ->> 'owner' AS owner,
@@ -99,15 +83,13 @@ SELECT j.job_name, j.paused, j.options ->> 'owner' AS owner,
 FROM runner.jobs j
 WHERE j.job_name = %(job_name)s
 
--- name: lock_job
-SELECT j.job_name, j.paused FROM runner.jobs j WHERE j.job_name = %(job_name)s FOR UPDATE
-
 -- name: set_paused
-UPDATE runner.jobs SET paused = %(paused)s
-WHERE job_name = %(job_name)s AND paused <> %(paused)s
-RETURNING job_name, paused
+-- Pause or resume, with its request row (runner.set_job_paused_v1); no row when the job
+-- already was in that state.
+SELECT f.request_id, f.job, f.now_paused
+FROM runner.set_job_paused_v1(%(job_name)s, %(paused)s, %(who)s, %(reason)s) AS f
 
--- name: insert_request
-INSERT INTO runner.requests (action, job_name, who, reason, touched)
-VALUES (%(action)s, %(job_name)s, %(who)s, %(reason)s, %(touched)s)
-RETURNING id, action, job_name, who, reason, requested_at, db_user, touched
+-- name: get_request
+SELECT id, action, job_name, who, reason, requested_at, db_user, touched
+FROM runner.requests
+WHERE id = %(request_id)s

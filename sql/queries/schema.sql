@@ -36,3 +36,14 @@ JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
 WHERE n.nspname = 'runner'
 ORDER BY p.proname, args
+
+-- name: login_privileges
+-- Whether the session's role is a superuser, and whether it is (a member of) the owner of the
+-- runner schema: `runner start` warns about both (the owner bypasses the audit's append-only
+-- trigger and the role checks; a superuser bypasses everything).
+SELECT r.rolname AS role_name, r.rolsuper AS superuser,
+       pg_has_role(current_user, n.nspowner, 'MEMBER') AS owner,
+       pg_get_userbyid(n.nspowner) AS owner_name
+FROM pg_catalog.pg_roles r
+CROSS JOIN pg_catalog.pg_namespace n
+WHERE r.rolname = current_user AND n.nspname = 'runner'

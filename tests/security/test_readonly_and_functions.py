@@ -1,0 +1,60 @@
+"""The rest of the role matrix: runner_readonly writes nothing and calls no function that
+writes; every function that runs as the schema owner (SECURITY DEFINER) has a fixed
+search_path, is not callable by PUBLIC, and is granted to exactly the role whose action it
+is."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.security.conftest import Logins, refused, snapshot
+from tests.support import rows
+
+WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "record_replay_plan_v1", "advance_watermarks_v1"}
+OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
+                      "pause_backfill_v1", "resume_backfill_v1", "cancel_backfill_v1",
+                      "record_backfill_verify_v1"}
+# called only by the functions above, or by a trigger, as the owner
+INTERNAL = {"lock_backfill_for_action", "record_pause_v1"}
+
+READONLY_FORBIDDEN = {
+    "rerun": "SELECT * FROM runner.rerun_v1({dead}, 'dead', 3, false, 'r', 'r')",
+    "pause": "SELECT * FROM runner.set_job_paused_v1('hello', true, 'r', 'r')",
+    "backfill_pause": "SELECT runner.pause_backfill_v1({plan_running}, 'r', 'r')",
+    "advance_watermarks": "SELECT runner.advance_watermarks_v1()",
+    "finish": "SELECT * FROM runner.finish_attempts_v1('[]')",
+    "lock_a_plan": "SELECT * FROM runner.lock_backfill_for_action({plan_running}, 'x', ARRAY['running'], 'r', 'r')",
+    "update_a_run": "UPDATE runner.job_runs SET status = 'dead'",
+    "insert_a_plan": "INSERT INTO runner.backfills (job_name, range_from, range_to, requested_by, reason)"
+                     " VALUES ('hello', now(), now() + interval '1 hour', 'r', 'r')",
+    "lock_runs": "SELECT * FROM runner.job_runs FOR UPDATE",
+}
+
+
+@pytest.mark.parametrize("name", list(READONLY_FORBIDDEN))
+def test_readonly_cannot(logins: Logins, name: str) -> None:
+    before = snapshot(logins.admin)
+    refused(logins.readonly, READONLY_FORBIDDEN[name].format(**logins.ids))
+    assert snapshot(logins.admin) == before
+
+
+def definer_functions(url: str) -> list[tuple[str, list[str] | None, str]]:
+    return rows(url, "SELECT p.proname, p.proconfig, p.oid::regprocedure::text FROM pg_proc p"
+                     " JOIN pg_namespace n ON n.oid = p.pronamespace"
+                     " WHERE n.nspname = 'runner' AND p.prosecdef ORDER BY 1")
+
+
+def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: Logins) -> None:
+    found = definer_functions(logins.admin)
+    assert {name for name, _, _ in found} == WORKER_FUNCTIONS | OPERATOR_FUNCTIONS | INTERNAL
+    for name, config, signature in found:
+        assert config is not None and "search_path=pg_catalog, pg_temp" in config, signature
+        grantees = {r[0] for r in rows(
+            logins.admin,
+            "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END"
+            " FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a"
+            " WHERE p.oid = %s::regprocedure AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner",
+            (signature,))}
+        expected = ({logins.groups["worker"]} if name in WORKER_FUNCTIONS
+                    else {logins.groups["operator"]} if name in OPERATOR_FUNCTIONS else set())
+        assert grantees == expected, signature
