@@ -12,10 +12,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
+
+if TYPE_CHECKING:
+    from runner.inprocess import InProcessRunner
 
 # called with a runner.JobContext (runner/context.py, which builds on this module: so the
 # alias names no type from it)
@@ -176,6 +179,18 @@ class Runner:
 
     def __init__(self) -> None:
         self._jobs: dict[str, JobDef] = {}
+
+    def running(self, database_url: str | None = None, *, workers: int = 10, max_inflight: int = 0,
+                poll_interval: float = 1.0, grace: float = 30.0, async_workers: int = 0,
+                metrics_port: int | None = None) -> InProcessRunner:
+        """This app's runner inside the application: ``with app.running(url):`` or ``async
+        with app.running(url):`` (an ASGI lifespan). The options are ``runner start``'s;
+        see runner/inprocess.py."""
+        from runner.inprocess import InProcessRunner
+
+        return InProcessRunner(self, database_url, workers=workers, max_inflight=max_inflight,
+                               poll_interval=poll_interval, grace=grace, async_workers=async_workers,
+                               metrics_port=metrics_port)
 
     @property
     def jobs(self) -> dict[str, JobDef]:

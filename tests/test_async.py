@@ -4,6 +4,7 @@ fence and ctx.db rules as sync handlers (runner/aio.py, runner/attempt.py: execu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -248,3 +249,104 @@ def test_mixed_app_in_real_runner_start(db_url: str, tmp_path: Path) -> None:
                           " AND r.fence = s.fence") == count(db_url, "true")
     assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0
     assert_ledger_clean(db_url)
+
+
+# ------------------------------------------------------------------------------------------
+# the runner inside the application (runner/inprocess.py)
+
+
+def _in_app(db_url: str) -> tuple[Runner, list[str]]:
+    app = Runner()
+    ran: list[str] = []
+
+    @app.job("in-app-sync", every="1s")
+    def sync_handler(ctx: JobContext) -> None:
+        ran.append("sync")
+
+    @app.job("in-app-async", every="1s")
+    async def async_handler(ctx: AsyncJobContext) -> None:
+        await asyncio.sleep(0)
+        ran.append("async")
+
+    return app, ran
+
+
+def _stopped_cleanly(db_url: str) -> None:
+    assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0
+    assert scalar(db_url, "SELECT count(*) FROM runner.instances") == 1
+    assert count(db_url, "status <> 'succeeded'") == 0
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE status <> 'succeeded'") == 0
+    assert_ledger_clean(db_url)
+
+
+def test_in_process_context_manager(db_url: str) -> None:
+    import logging
+    import signal
+
+    app, ran = _in_app(db_url)
+    handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    root = list(logging.getLogger().handlers)
+    with app.running(db_url, workers=2, poll_interval=0.05, grace=10) as runner:
+        assert runner.running
+        eventually(lambda: {"sync", "async"} <= set(ran), message="both jobs ran in-process")
+        # it installs no signal handler and no logging of its own
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
+        assert logging.getLogger().handlers == root
+    assert not runner.running
+    _stopped_cleanly(db_url)
+
+
+def test_in_process_async_context_manager_keeps_the_event_loop_free(db_url: str) -> None:
+    app, ran = _in_app(db_url)
+    slow_started = threading.Event()
+
+    @app.job("in-app-slow", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    async def slow(ctx: AsyncJobContext) -> None:
+        slow_started.set()
+        await asyncio.sleep(1.5)  # still running when the application stops: the grace waits
+
+    ticks: list[float] = []
+
+    async def main() -> None:
+        async def ticker() -> None:  # the application's own loop keeps running meanwhile
+            while True:
+                ticks.append(asyncio.get_running_loop().time())
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        async with app.running(db_url, workers=2, poll_interval=0.05, grace=10):
+            while not ({"sync", "async"} <= set(ran) and slow_started.is_set()):
+                await asyncio.sleep(0.02)
+        stopped_at = asyncio.get_running_loop().time()
+        task.cancel()
+        assert stopped_at - ticks[0] > 1.4  # the stop waited for the slow handler
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.5, max(gaps)  # start and stop ran off the event loop
+    _stopped_cleanly(db_url)
+
+
+def test_in_process_stop_hands_running_runs_over(db_url: str) -> None:
+    """Leaving the context waits ``grace`` seconds, then releases what still runs."""
+    app = Runner()
+    started = threading.Event()
+
+    @app.job("in-app-slow", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    async def slow(ctx: AsyncJobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    with app.running(db_url, workers=1, poll_interval=0.05, grace=0.2):
+        eventually(started.is_set, message="the handler started")
+    assert rows(db_url, "SELECT status, trigger FROM runner.job_runs") == [("pending", "recovery")]
+    assert rows(db_url, "SELECT status FROM runner.attempts") == [("released",)]
+    assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0
+
+
+def test_in_process_refuses_an_unmigrated_database(empty_db_url: str) -> None:
+    from runner.settings import ConfigError
+
+    app, _ = _in_app(empty_db_url)
+    with pytest.raises(ConfigError, match="no runner schema"), app.running(empty_db_url):
+        pass
