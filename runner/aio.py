@@ -60,6 +60,10 @@ class AsyncHandlers:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="runner-async", daemon=True)
         self._tasks: set[asyncio.Task[None]] = set()
+        # attempts handed over by the Worker's loop thread, started by one wake-up of the event
+        # loop per batch (a wake-up per run would cost a self-pipe write and a GIL hand-over each)
+        self._submitted: list[tuple[ClaimedRun, JobDef, AsyncJobContext]] = []
+        self._submit_lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
         self._control: AsyncConnectionPool[Any] | None = None
@@ -89,15 +93,22 @@ class AsyncHandlers:
 
     def submit(self, run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> None:
         """Start the attempt's task (thread-safe: called from the Worker's loop thread)."""
-        self._loop.call_soon_threadsafe(self._spawn, run, job, ctx)
+        with self._submit_lock:
+            self._submitted.append((run, job, ctx))
+            first = len(self._submitted) == 1
+        if first:
+            self._loop.call_soon_threadsafe(self._spawn)
 
-    def _spawn(self, run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> None:
-        task = self._loop.create_task(self._execute(run, job, ctx), name=f"runner-run-{run.id}")
-        ctx._task = task
-        if ctx._cancelled:  # given up before its task existed (shutdown)
-            task.cancel()
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self) -> None:
+        with self._submit_lock:
+            batch, self._submitted = self._submitted, []
+        for run, job, ctx in batch:
+            task = self._loop.create_task(self._execute(run, job, ctx))
+            ctx._task = task
+            if ctx._cancelled:  # given up before its task existed (shutdown)
+                task.cancel()
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _execute(self, run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> None:
         assert self._slots is not None
