@@ -15,7 +15,9 @@ The loop thread claims runs, beats and enforces timeouts for sync and async runs
   in the event loop's executor threads on the Worker's sync control pool;
 * a timeout or the end of the shutdown grace cancels the task (``CancelledError`` at the
   handler's current ``await``, a running statement cancelled with it, ``ctx.db`` rolled
-  back); the Worker has already recorded the attempt as given up;
+  back); the Worker has already recorded the attempt as given up. A handler that catches the
+  cancellation and carries on keeps its place under the bound until it ends (there is no
+  thread to replace, unlike a stuck sync handler), and whatever it records is refused;
 * a finished attempt's outcome goes to the Worker's completer queue through ``done``, so
   sync and async outcomes are recorded in the same batches.
 """

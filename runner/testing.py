@@ -183,8 +183,9 @@ def _claim_of(conn: psycopg.Connection[Any], job: JobDef, slot: datetime,
         raise ValueError(f"job {job.name!r} has no partition {partition!r} at {slot.isoformat()} "
                          f"(it has {', '.join(map(repr, keys[:10]))})")
     [key] = idempotency_keys(job.name, plan.window_start, plan.window_end, [partition], job.version)
+    # overlap is the loop's decision between slots, not part of one run: never applied here
     return SlotClaim(job.name, slot, partition, plan.business_date, plan.window_start,
-                     plan.window_end, key, job.overlap)
+                     plan.window_end, key, "allow")
 
 
 def _start_attempt(conn: psycopg.Connection[Any], owner: Owner, run_id: int,

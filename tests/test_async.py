@@ -190,6 +190,9 @@ def test_async_effects_and_heartbeats(db_url: str) -> None:
         key = f"{ctx.idempotency_key}:mail"
         receipt = await ctx.effect(key, lambda: deliver(key))
         assert receipt == "receipt"
+        # a plain send (called on an executor thread, off the event loop) and a planned stage
+        assert await ctx.effect(f"{key}:sync", lambda: sent.append(f"{key}:sync") or 7) == 7
+        await ctx.effect(f"{key}:later", stage="delivered")
         await ctx.heartbeat(processed=7)
         if ctx.attempt == 1:
             raise RuntimeError("fails after the effect: the retry must not send again")
@@ -199,7 +202,9 @@ def test_async_effects_and_heartbeats(db_url: str) -> None:
     run = rows(db_url, "SELECT idempotency_key, processed_count, attempt FROM runner.job_runs"
                        " WHERE status = 'succeeded' ORDER BY id LIMIT 1")[0]
     assert run[1:] == (7, 2)
-    assert sent.count(f"{run[0]}:mail") == 1
+    assert sent.count(f"{run[0]}:mail") == 1 and sent.count(f"{run[0]}:mail:sync") == 1
+    assert rows(db_url, "SELECT status FROM runner.effects WHERE effect_key = %s",
+                (f"{run[0]}:mail:later",)) == [("planned",)]
     assert rows(db_url, "SELECT status, send_count FROM runner.effects WHERE effect_key = %s",
                 (f"{run[0]}:mail",)) == [("confirmed", 1)]
     assert_ledger_clean(db_url)
