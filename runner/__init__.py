@@ -8,7 +8,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from runner.app import Backoff, Runner
-from runner.context import JobContext
+from runner.context import AsyncJobContext, JobContext
 from runner.errors import (
     AttemptTimedOut,
     HandlerReturnedAwaitable,
@@ -19,6 +19,7 @@ from runner.errors import (
 )
 
 __all__ = [
+    "AsyncJobContext",
     "AttemptTimedOut",
     "Backoff",
     "HandlerReturnedAwaitable",

@@ -12,10 +12,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
+
+if TYPE_CHECKING:
+    from runner.inprocess import InProcessRunner
 
 # called with a runner.JobContext (runner/context.py, which builds on this module: so the
 # alias names no type from it)
@@ -72,6 +75,7 @@ class JobDef:
     verify: VerifyFn | str | None = None  # a results check: callable or SQL (runner/backfill.py)
     window: timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    is_async: bool = False  # an async def handler: awaited on the runner's event loop
 
     @property
     def dynamic_partitions(self) -> bool:
@@ -176,6 +180,18 @@ class Runner:
     def __init__(self) -> None:
         self._jobs: dict[str, JobDef] = {}
 
+    def running(self, database_url: str | None = None, *, workers: int = 10, max_inflight: int = 0,
+                poll_interval: float = 1.0, grace: float = 30.0, async_workers: int = 0,
+                metrics_port: int | None = None) -> InProcessRunner:
+        """This app's runner inside the application: ``with app.running(url):`` or ``async
+        with app.running(url):`` (an ASGI lifespan). The options are ``runner start``'s;
+        see runner/inprocess.py."""
+        from runner.inprocess import InProcessRunner
+
+        return InProcessRunner(self, database_url, workers=workers, max_inflight=max_inflight,
+                               poll_interval=poll_interval, grace=grace, async_workers=async_workers,
+                               metrics_port=metrics_port)
+
     @property
     def jobs(self) -> dict[str, JobDef]:
         return dict(self._jobs)
@@ -236,10 +252,10 @@ class Runner:
             if not callable(handler):
                 raise JobDefinitionError(job.name, "handler", "the handler must be callable")
             _refuse_generator_handler(job.name, handler)
-            _refuse_async_handler(job.name, handler)
             if job.name in self._jobs:
                 raise JobDefinitionError(job.name, "name", "a job with this name is already registered")
-            self._jobs[job.name] = JobDef(**{**job.__dict__, "handler": handler})
+            self._jobs[job.name] = JobDef(**{**job.__dict__, "handler": handler,
+                                             "is_async": is_async_handler(handler)})
             return handler
 
         return register
@@ -347,16 +363,11 @@ def _called_function(handler: object) -> object:
     return handler
 
 
-def _refuse_async_handler(job: str, handler: object) -> None:
-    """For now, refuse a coroutine function (``async def``, a partial of one, an object whose
-    ``__call__`` is one): handlers are called synchronously, so it would hand back a coroutine
-    instead of doing its work. Remove this check when async handlers are supported (SPEC:
-    contract additions); a coroutine returned at run time fails the attempt anyway
-    (runner/attempt.py)."""
-    if inspect.iscoroutinefunction(_called_function(handler)):
-        raise JobDefinitionError(
-            job, "handler", "async def handlers are not supported yet; register a plain def that "
-            "does its work before it returns")
+def is_async_handler(handler: object) -> bool:
+    """Whether calling ``handler`` makes a coroutine to await (``async def``, a partial of
+    one, an object whose ``__call__`` is one): such a job runs on the runner's event loop
+    (runner/aio.py) with an AsyncJobContext."""
+    return inspect.iscoroutinefunction(_called_function(handler))
 
 
 def _refuse_generator_handler(job: str, handler: object) -> None:

@@ -9,14 +9,20 @@ the run's success commit together, or not at all. If the fence check refuses the
 (another attempt owns the run now), the transaction rolls back and the attempt is closed as
 ``stale``.
 
+An ``async def`` handler (``job.is_async``) is awaited by ``execute_async`` on the runner's
+event loop (runner/aio.py), with the same outcome rules: its ``ctx.db`` is an AsyncConnection
+whose transaction records the success, fence-checked, and commits or rolls back the same way.
+
 A handler's return value is ignored, except one that stands for work not done yet: a
-coroutine (a sync wrapper around an ``async def``), another awaitable, a generator or an async
+coroutine returned by a plain ``def`` (a sync wrapper around an ``async def``: register the
+``async def`` itself to have it awaited), another awaitable, a generator or an async
 generator. That attempt fails with ``HandlerReturnedAwaitable``, a ``Permanent`` error (the
 run goes to ``dead``: retrying the same handler cannot help), and ``ctx.db`` rolls back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -28,7 +34,7 @@ from psycopg_pool import ConnectionPool
 
 from runner import ledger
 from runner.app import JobDef
-from runner.context import JobContext
+from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import HandlerReturnedAwaitable, LostOwnership, error_text
 from runner.ledger import ClaimedRun, Outcome
 
@@ -50,7 +56,7 @@ _CRASH_POINT = os.environ.get("RUNNER_CRASH_POINT")
 _CRASH_RATE = float(os.environ.get("RUNNER_CRASH_RATE", "1.0")) if _CRASH_POINT else 1.0
 
 
-def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: JobContext | None) -> Outcome:
+def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: RunContext | None) -> Outcome:
     """The outcome of an attempt that raised: dead when permanent or out of attempts, else
     failed with the next attempt's delay from the job's backoff."""
     error_class, message = error_text(exc)
@@ -75,7 +81,8 @@ def unfinished_work(result: object) -> HandlerReturnedAwaitable | None:
     never_ran = "the work did not run: "
     if inspect.iscoroutine(result):
         kind = "a coroutine"
-        why = never_ran + "it was never awaited (async def handlers are not supported yet)"
+        why = never_ran + ("it was never awaited (a plain def returned it: register the async def "
+                           "itself and the runner awaits it)")
     elif inspect.isasyncgen(result):
         kind, why = "an async generator", never_ran + "the runner does not iterate it"
     elif inspect.isgenerator(result):
@@ -95,6 +102,14 @@ def unfinished_work(result: object) -> HandlerReturnedAwaitable | None:
     )
 
 
+def _handler_failed(run: ClaimedRun, exc: Exception) -> None:
+    if isinstance(exc, LostOwnership):
+        log.warning("run %s: attempt %s lost its run: %s", run.id, run.attempt, exc)
+    else:
+        log.debug("run %s: handler raised: %s", run.id,
+                  " ".join("".join(traceback.format_exception_only(exc)).split())[:500])
+
+
 def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
             ctx: JobContext | None = None) -> Outcome | None:
     """Run the handler for one claimed run. Returns the outcome for the caller to record in
@@ -104,11 +119,7 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
         result = job.handler(ctx)
     except Exception as exc:
         ctx._release(commit=False)
-        if isinstance(exc, LostOwnership):
-            log.warning("run %s: attempt %s lost its run: %s", run.id, run.attempt, exc)
-        else:
-            log.debug("run %s: handler raised: %s", run.id,
-                      " ".join("".join(traceback.format_exception_only(exc)).split())[:500])
+        _handler_failed(run, exc)
         return failure(run, job, exc, ctx)
     crash_point("after_handler")
     if result is not None:
@@ -140,3 +151,51 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
         # land, the fence check refuses this outcome and the success stands.
         return failure(run, job, exc, ctx)
     return None
+
+
+async def execute_async(run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> Outcome | None:
+    """``execute`` for an ``async def`` handler, awaited on the runner's event loop. A
+    cancellation (timeout, shutdown) propagates as ``CancelledError`` with ``ctx.db`` rolled
+    back; the runner has recorded that attempt's outcome already."""
+    try:
+        try:
+            result = job.handler(ctx)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            await ctx._release(commit=False)
+            _handler_failed(run, exc)
+            return failure(run, job, exc, ctx)
+        crash_point("after_handler")
+        if result is not None:
+            unfinished = unfinished_work(result)
+            if unfinished is not None:
+                await ctx._release(commit=False)
+                log.warning("run %s: %s", run.id, unfinished)
+                return failure(run, job, unfinished, ctx)
+            log.debug("run %s: handler returned %r (ignored)", run.id, type(result).__name__)
+        success = Outcome(
+            run_id=run.id, fence=run.fence, status="succeeded", processed=ctx.processed, failed=ctx.failed
+        )
+        conn = ctx._conn
+        if conn is None:
+            return success
+        try:
+            landed = (await ledger.finish_attempts_async(conn, [success])).get((run.id, run.fence), False)
+        except Exception as exc:
+            await ctx._release(commit=False)
+            return failure(run, job, exc, ctx)
+        if not landed:
+            await ctx._release(commit=False)
+            log.warning("run %s: stale fence %s, the handler's transaction was rolled back",
+                        run.id, run.fence)
+            return success  # recorded again outside the transaction: the attempt closes as stale
+        try:
+            await ctx._release(commit=True)
+        except Exception as exc:
+            # the commit's fate is unknown: if it landed, the fence check refuses this failure
+            return failure(run, job, exc, ctx)
+        return None
+    except BaseException:  # cancelled (timeout, shutdown): whatever ctx.db holds rolls back
+        await asyncio.shield(ctx._release(commit=False))
+        raise

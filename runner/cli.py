@@ -266,6 +266,8 @@ def start(
         min=0.01, help="seconds between polls for retries, queued runs and takeovers")] = 1.0,
     grace: Annotated[float, typer.Option(
         min=0, help="seconds running handlers get at shutdown before their runs are handed over")] = 30.0,
+    async_workers: Annotated[int, typer.Option(
+        min=0, max=100000, help="async def handlers running at once (0: as many as --workers)")] = 0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     log_format: Annotated[str, typer.Option(help="text, or json: one JSON object per event")] = "text",
     metrics_port: Annotated[int | None, typer.Option(
@@ -301,7 +303,7 @@ def start(
         if warning is not None:
             event(logging.getLogger("runner"), "privileged_login", logging.WARNING, detail=warning)
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
-                            grace=grace, prometheus_url=prometheus_url)
+                            grace=grace, prometheus_url=prometheus_url, async_workers=async_workers)
         metrics = Metrics()
         if metrics_port is not None:
             try:

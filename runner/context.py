@@ -1,15 +1,35 @@
 """The context a handler sees: the run it is doing (``ctx.slot``, ``ctx.partition``, ...),
 ``ctx.db`` (a transaction that commits with the run's success), ``ctx.heartbeat()`` and
-``ctx.effect()``. Made by the loop for each attempt (runner/attempt.py runs the handler)."""
+``ctx.effect()``. Made by the loop for each attempt (runner/attempt.py runs the handler).
+
+A plain ``def`` handler gets a ``JobContext``; an ``async def`` handler gets an
+``AsyncJobContext``, with the same run facts and the same rules, in async form:
+
+* ``ctx.db`` is the attempt's psycopg ``AsyncConnection``, taken from the pool only when the
+  handler first uses it: ``await ctx.db.execute(...)`` (a shortcut), or ``conn = await ctx.db``
+  for the connection itself (cursors, ``copy``, pipelines). It commits with the run's success,
+  fence-checked, or rolls back, exactly as the sync one does;
+* ``await ctx.heartbeat(processed=...)`` and ``await ctx.effect(key, send, check=...)``
+  (``send`` and ``check`` may be plain functions or ``async def``). There is no sync variant
+  for async handlers: a database round trip must not block the event loop that runs every
+  other async handler of the process.
+
+A timeout or a shutdown past its grace cancels an async handler's task (``CancelledError``
+at its current ``await``; a statement running on ``ctx.db`` is cancelled with it).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
+from collections.abc import Awaitable, Callable, Generator
 from datetime import date, datetime
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from runner import ledger
 from runner.app import JobDef
@@ -20,17 +40,12 @@ from runner.ledger import ClaimedRun
 log = logging.getLogger("runner.attempt")
 
 
-class JobContext:
-    """What a handler knows about the unit of work it is doing (see SPEC: Public interface)."""
+class RunContext:
+    """The facts of the run an attempt is doing, the same for sync and async handlers."""
 
-    def __init__(self, run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
-                 control: ConnectionPool[Any] | None = None) -> None:
+    def __init__(self, run: ClaimedRun, job: JobDef) -> None:
         self._run = run
         self._job = job
-        self._pool = pool  # ctx.db transactions
-        # short autocommit writes (heartbeats, effects) while ctx.db may hold a connection
-        self._control = control or pool
-        self._conn: psycopg.Connection[Any] | None = None
         self._cancelled: str | None = None
         self.processed: int | None = None
         self.failed: int | None = None
@@ -74,6 +89,27 @@ class JobContext:
     def trigger(self) -> str:
         return self._run.trigger
 
+    def cancel(self, reason: str) -> None:  # pragma: no cover - both subclasses override it
+        self._cancelled = reason
+
+    def _lost(self) -> LostOwnership:
+        return LostOwnership(
+            f"run {self._run.id} is no longer owned by attempt {self._run.attempt} "
+            f"(fence {self._run.fence})"
+        )
+
+
+class JobContext(RunContext):
+    """What a handler knows about the unit of work it is doing (see SPEC: Public interface)."""
+
+    def __init__(self, run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
+                 control: ConnectionPool[Any] | None = None) -> None:
+        super().__init__(run, job)
+        self._pool = pool  # ctx.db transactions
+        # short autocommit writes (heartbeats, effects) while ctx.db may hold a connection
+        self._control = control or pool
+        self._conn: psycopg.Connection[Any] | None = None
+
     @property
     def db(self) -> psycopg.Connection[Any]:
         """A connection in a transaction that commits with the run's success, or rolls back
@@ -100,10 +136,7 @@ class JobContext:
         with self._control.connection() as conn:
             alive = ledger.heartbeat_attempt(conn, self._run.id, self._run.fence, processed, failed)
         if not alive:
-            raise LostOwnership(
-                f"run {self._run.id} is no longer owned by attempt {self._run.attempt} "
-                f"(fence {self._run.fence})"
-            )
+            raise self._lost()
 
     def cancel(self, reason: str) -> None:
         """Ask the handler to stop (called by the runner from another thread): the next
@@ -131,3 +164,128 @@ class JobContext:
             except Exception as exc:  # a broken connection: the pool discards it on return
                 log.debug("resetting a ctx.db connection failed: %s", exc)
             self._pool.putconn(conn)
+
+
+class AsyncDb:
+    """``ctx.db`` of an async handler. ``conn = await ctx.db`` is the attempt's psycopg
+    ``AsyncConnection`` (in a transaction that commits with the run's success);
+    ``await ctx.db.execute(...)`` is a shortcut for ``await (await ctx.db).execute(...)``.
+    The connection is taken from the pool at the first of either, never before."""
+
+    def __init__(self, ctx: AsyncJobContext) -> None:
+        self._ctx = ctx
+
+    def __await__(self) -> Generator[Any, None, psycopg.AsyncConnection[Any]]:
+        return self._ctx._connection().__await__()
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> psycopg.AsyncCursor[Any]:
+        conn = await self._ctx._connection()
+        return await conn.execute(query, params, **kwargs)
+
+
+class AsyncJobContext(RunContext):
+    """The context of an ``async def`` handler (module docstring): the same run facts as
+    ``JobContext``; ``ctx.db``, ``heartbeat`` and ``effect`` in async form."""
+
+    def __init__(self, run: ClaimedRun, job: JobDef, pool: AsyncConnectionPool[Any],
+                 control: AsyncConnectionPool[Any], effects: ConnectionPool[Any],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(run, job)
+        self._pool = pool  # ctx.db transactions
+        self._acontrol = control  # heartbeats
+        self._control = effects  # the effect log's short writes (runner/effects.py, in a thread)
+        self._loop = loop
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._getting = asyncio.Lock()
+        self._task: asyncio.Task[Any] | None = None  # set by runner/aio.py
+
+    @property
+    def db(self) -> AsyncDb:
+        """The attempt's transaction (``await ctx.db``, or ``await ctx.db.execute(...)``),
+        committed with the run's success, or rolled back if the handler raises or the
+        attempt lost its run."""
+        return AsyncDb(self)
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        async with self._getting:  # two first uses at once (gather) take one connection
+            if self._conn is None:
+                conn = await self._pool.getconn()
+                try:
+                    await conn.set_autocommit(False)
+                except BaseException:
+                    await self._pool.putconn(conn)
+                    raise
+                self._conn = conn
+            return self._conn
+
+    async def heartbeat(self, processed: int | None = None, failed: int | None = None) -> None:
+        """Report progress (``await ctx.heartbeat(processed=...)``). Raises LostOwnership if
+        this attempt no longer owns its run, and AttemptTimedOut once the runner gave up on it."""
+        if self._cancelled:
+            raise AttemptTimedOut(self._cancelled)
+        if processed is not None:
+            self.processed = processed
+        if failed is not None:
+            self.failed = failed
+        async with self._acontrol.connection() as conn:
+            alive = await ledger.heartbeat_attempt_async(conn, self._run.id, self._run.fence,
+                                                         processed, failed)
+        if not alive:
+            raise self._lost()
+
+    async def effect(self, key: str, send: Callable[[], Any] | None = None, *,
+                     check: Callable[[str], Any] | None = None, stage: str | None = None,
+                     unknown_on: Any = (TimeoutError,)) -> Any:
+        """A side effect recorded under ``key`` in runner.effects, exactly as the sync
+        ``ctx.effect`` (runner/effects.py). The effect log's bookkeeping runs in a thread of
+        the event loop's executor; ``send`` and ``check`` may be coroutine functions (awaited
+        on the event loop) or plain functions (called in that thread)."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(run_effect, self, key, _awaited_on(loop, send),
+                                       check=_awaited_on(loop, check), stage=stage,
+                                       unknown_on=unknown_on)
+
+    def cancel(self, reason: str) -> None:
+        """Ask the handler to stop (called by the runner from another thread): its task is
+        cancelled, and the next ``heartbeat()`` or ``effect()`` raises."""
+        self._cancelled = reason
+        task = self._task
+        if task is not None:
+            # RuntimeError: the event loop is closed, nothing runs there any more
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(task.cancel)
+
+    async def _release(self, commit: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if commit:
+                await conn.commit()
+            else:
+                await conn.rollback()
+        finally:
+            try:
+                await conn.set_autocommit(True)
+            except Exception as exc:  # a broken connection: the pool discards it on return
+                log.debug("resetting a ctx.db connection failed: %s", exc)
+            await self._pool.putconn(conn)
+
+
+def _awaited_on(loop: asyncio.AbstractEventLoop,
+                fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """``fn`` callable from a thread: a result that is awaitable is awaited on ``loop``."""
+    if fn is None:
+        return None
+
+    def call(*args: Any) -> Any:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            return asyncio.run_coroutine_threadsafe(_await(result), loop).result()
+        return result
+
+    return call
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable

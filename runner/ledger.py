@@ -253,10 +253,24 @@ def finish_attempts(
     share a batch, and only the current one lands."""
     if not outcomes:
         return {}
-    params = {"now": now, "outcomes": json.dumps([
+    params = _finish_params(outcomes, now)
+    return {(row[0], row[1]): row[2] for row in conn.execute(Q["finish_attempts"], params).fetchall()}
+
+
+async def finish_attempts_async(
+    conn: psycopg.AsyncConnection[Any], outcomes: Sequence[Outcome], now: datetime | None = None
+) -> dict[tuple[int, int], bool]:
+    """``finish_attempts`` on an AsyncConnection (an async handler's ``ctx.db``)."""
+    if not outcomes:
+        return {}
+    cur = await conn.execute(Q["finish_attempts"], _finish_params(outcomes, now))
+    return {(row[0], row[1]): row[2] for row in await cur.fetchall()}
+
+
+def _finish_params(outcomes: Sequence[Outcome], now: datetime | None) -> dict[str, Any]:
+    return {"now": now, "outcomes": json.dumps([
         [o.run_id, o.fence, o.status, o.attempt_status, o.error_class, o.error_message, o.retry_delay,
          o.processed, o.failed] for o in outcomes])}
-    return {(row[0], row[1]): row[2] for row in conn.execute(Q["finish_attempts"], params).fetchall()}
 
 
 def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence[int]) -> None:
@@ -273,6 +287,18 @@ def heartbeat_attempt(
         {"run_id": run_id, "fence": fence, "processed": processed, "failed": failed, "now": now},
     ).fetchone()
     return row is not None
+
+
+async def heartbeat_attempt_async(
+    conn: psycopg.AsyncConnection[Any], run_id: int, fence: int, processed: int | None,
+    failed: int | None, now: datetime | None = None,
+) -> bool:
+    """``heartbeat_attempt`` on an AsyncConnection (an async handler's heartbeat)."""
+    cur = await conn.execute(
+        Q["heartbeat_attempt"],
+        {"run_id": run_id, "fence": fence, "processed": processed, "failed": failed, "now": now},
+    )
+    return await cur.fetchone() is not None
 
 
 def heartbeat_attempts(conn: psycopg.Connection[Any], owner: Owner, run_ids: Sequence[int]) -> None:

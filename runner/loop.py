@@ -19,6 +19,12 @@ A background thread advances the gap scan's watermarks every minute on one more 
 (runner/conditions.py: untrusted SQL, never on the lock connection). So a process holds at
 most ``workers + max(2, workers // 4) + 4`` connections, however many runs it executes.
 
+``async def`` handlers run on one more thread, an asyncio event loop (runner/aio.py), started
+only when the app registers one: at most ``async_workers`` at once (default ``workers``), their
+``ctx.db`` from an async pool of at most ``workers`` connections taken on first use, their
+heartbeats on two more. The loop thread claims, beats and times them out like sync runs, and
+their outcomes join the same completer batches.
+
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
 is its idempotency key's first 32 bits modulo their number). A runner claims its own share
@@ -81,9 +87,10 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from runner import __version__, backfill, conditions, gapscan, ledger, misfire, takeover
+from runner.aio import AsyncHandlers
 from runner.app import JobDef, Runner
 from runner.attempt import crash_point, execute, failure
-from runner.context import JobContext
+from runner.context import JobContext, RunContext
 from runner.duties import Duties, Duty
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
@@ -112,6 +119,7 @@ class LoopConfig:
     max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
     prometheus_url: str | None = None  # where backfill pause conditions' Prometheus queries go
+    async_workers: int = 0  # async def handlers running at once (runner/aio.py); 0 means workers
 
     @property
     def inflight_cap(self) -> int:
@@ -187,7 +195,7 @@ class Active:
     """A run this process is executing."""
 
     run: ClaimedRun
-    ctx: JobContext
+    ctx: RunContext  # a JobContext, or an AsyncJobContext for an async def handler
     deadline: float | None = None  # monotonic; set when the handler begins (job.timeout)
 
 
@@ -208,6 +216,7 @@ class Worker:
         self._pool: ConnectionPool[Any] | None = None
         self._control: ConnectionPool[Any] | None = None
         self._handlers: HandlerPool | None = None
+        self._async: AsyncHandlers | None = None  # async def handlers' event loop, if any
         self._finished: queue.SimpleQueue[tuple[ClaimedRun, Outcome | None] | None] = queue.SimpleQueue()
         self._completer: threading.Thread | None = None
         self._active: dict[int, Active] = {}
@@ -257,6 +266,10 @@ class Worker:
             kwargs={"autocommit": True, "application_name": "runner-control"},
         )
         self._handlers = HandlerPool(self.config.workers)
+        if any(job.is_async for job in self.jobs.values()):
+            self._async = AsyncHandlers(self.url, self.config.async_workers or self.config.workers,
+                                        self.config.workers, self._control, self._begin, self._done)
+            self._async.start()
         self._completer = threading.Thread(target=self._complete_forever, name="runner-completer",
                                            daemon=True)
         self._completer.start()
@@ -334,6 +347,8 @@ class Worker:
                                                     attempt_status="released")))
         if self._handlers is not None:
             self._handlers.shutdown()
+        if self._async is not None:
+            self._async.shutdown()
         if self._completer is not None:
             self._finished.put(None)
             self._completer.join()
@@ -699,18 +714,38 @@ class Worker:
                 continue
             with self._active_lock:
                 self._held[run.id] = run.fence
-            ctx = JobContext(run, job, self._pool, self._control)
+            ctx: RunContext
+            if job.is_async:
+                assert self._async is not None
+                ctx = actx = self._async.context(run, job)
+            else:
+                ctx = JobContext(run, job, self._pool, self._control)
             with self._active_lock:
                 self._active[run.id] = Active(run, ctx)
             self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
             event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
             crash_point("after_claim")
-            self._handlers.submit(self._execute, run, ctx)
+            if job.is_async:
+                assert self._async is not None
+                self._async.submit(run, job, actx)
+            else:
+                self._handlers.submit(self._execute, run, ctx)
         self.metrics.inflight.set(self._inflight)
 
     def _execute(self, run: ClaimedRun, ctx: JobContext) -> None:
         assert self._pool is not None
+        began = self._begin(run)
+        try:
+            outcome = execute(run, self.jobs[run.job_name], self._pool, ctx)
+        except BaseException as exc:  # never lose a run to a bug in the runner itself
+            cls, msg = error_text(exc)
+            outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,
+                              retry_delay=1.0)
+        self._done(run, outcome, began)
+
+    def _begin(self, run: ClaimedRun) -> float:
+        """A handler (sync or async) begins: its timeout counts from now (monotonic)."""
         event(log, "attempt_started", logging.DEBUG, job=run.job_name, slot=run.slot,
               partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)
         began = time.monotonic()
@@ -723,19 +758,18 @@ class Worker:
                 if active is not None:
                     active.deadline = began + job.timeout.total_seconds()
             self._wake.set()  # the loop sleeps until the nearest deadline
-        try:
-            outcome = execute(run, job, self._pool, ctx)
-        except BaseException as exc:  # never lose a run to a bug in the runner itself
-            cls, msg = error_text(exc)
-            outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,
-                              retry_delay=1.0)
+        return began
+
+    def _done(self, run: ClaimedRun, outcome: Outcome | None, began: float) -> None:
+        """A handler (sync or async) ended: its outcome to the completer, unless the runner
+        gave up on the attempt meanwhile (timeout, shutdown: recorded already)."""
         self.metrics.of(self.metrics.duration, run.job_name).observe(time.monotonic() - began)
         with self._active_lock:
             mine = self._active.pop(run.id, None) is not None
         if mine:
             self._finished.put((run, outcome))
         else:
-            log.warning("run %s: the handler returned after the runner gave up on it "
+            log.warning("run %s: the handler ended after the runner gave up on it "
                         "(timeout or shutdown); its outcome is discarded", run.id)
 
     def _enforce_timeouts(self) -> None:
@@ -749,7 +783,8 @@ class Worker:
             reason = f"timed out after {job.timeout}"
             a.ctx.cancel(reason)
             assert self._handlers is not None
-            self._handlers.compensate()
+            if not job.is_async:  # an async one's task is cancelled: no thread is stuck
+                self._handlers.compensate()
             self.stats["timed_out"] += 1
             event(log, "attempt_timed_out", logging.WARNING, job=a.run.job_name, slot=a.run.slot,
                   partition=a.run.partition_key, run_id=a.run.id, attempt=a.run.attempt,

@@ -80,6 +80,9 @@ def _server() -> dict[str, Any]:
 
 SERVER = _server()
 
+# runner_database (runner/pytest_plugin.py), the fixture the README offers users, on this server
+pytest_plugins = ["runner.pytest_plugin"]
+
 
 def url_for(dbname: str) -> str:
     """A postgresql:// URL (libpq and SQLAlchemy both take it) for a database of SERVER."""
@@ -89,6 +92,9 @@ def url_for(dbname: str) -> str:
     if host.startswith("/"):
         return f"postgresql://{auth}@/{quote(dbname)}?host={quote(host)}&port={SERVER['port']}"
     return f"postgresql://{auth}@{host}:{SERVER['port']}/{quote(dbname)}"
+
+
+os.environ.setdefault("RUNNER_TEST_DATABASE_URL", url_for("postgres"))
 
 
 def _migrate_template(dbname: str, **_: Any) -> None:

@@ -147,14 +147,10 @@ async def async_generator_handler(ctx: Any) -> Any:
     async_handler, functools.partial(async_with_option, 1), functools.partial(functools.partial(async_with_option, 1)),
     AsyncCall(), AsyncCall().method, functools.partial(AsyncCall()),
 ], ids=["async def", "partial", "partial of partial", "async __call__", "async method", "partial of object"])
-def test_async_def_handlers_are_refused_for_now(handler: Any) -> None:
+def test_async_def_handlers_are_registered_as_async(handler: Any) -> None:
     app = Runner()
-    with pytest.raises(JobDefinitionError) as info:
-        app.job("settle", every="1m")(handler)
-    message = str(info.value)
-    assert info.value.field == "handler" and "\n" not in message
-    assert message.startswith("job 'settle': handler: async def handlers are not supported yet")
-    assert app.jobs == {}
+    app.job("settle", every="1m")(handler)
+    assert app.jobs["settle"].is_async
 
 
 @pytest.mark.parametrize("handler", [generator_handler, async_generator_handler,
@@ -177,3 +173,4 @@ def test_plain_callables_are_accepted(handler: Any) -> None:
     app = Runner()
     app.job("settle", every="1m")(handler)
     assert app.jobs["settle"].handler is handler
+    assert not app.jobs["settle"].is_async

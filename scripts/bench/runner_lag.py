@@ -1,6 +1,6 @@
 """Scheduling lag of `runner`: N jobs due at the same instant every second.
 
-    python scripts/bench/runner_lag.py [--jobs 100 1000] [--seconds 20] [--processes 2] [--repeat 3]
+    python scripts/bench/runner_lag.py [--jobs 100 1000] [--seconds 20] [--processes 2] [--repeat 3] [--async]
 
 Starts the runner processes, lets them run for the window, stops them, and reads from the
 ledger, per run, lag = attempt start (the claim statement's database clock) - slot instant,
@@ -8,7 +8,9 @@ over the slots fully inside the window. Prints p50/p95/p99/max, the slots expect
 and for each slot the time until all N of its runs had started; also when each handler was
 entered (the app records time.time() in memory and writes it out at exit). Fresh scratch
 database per size and run, dropped afterwards; --repeat runs each size, the table shows
-medians.
+medians. With --async, every round measures each size twice, with plain no-op handlers and
+with ``async def`` no-op handlers (run on the runner's event loop, runner/aio.py), one right
+after the other, and the table shows both and their ratio.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ _entered = []  # (slot epoch, handler entry epoch): written once at exit, not pe
 atexit.register(lambda: open(os.path.join({out!r}, f"entered-{{os.getpid()}}.txt"), "w").write(
     "".join(f"{{s}} {{t}}\\n" for s, t in _entered)))
 
-def noop(ctx):
+{kind}def noop(ctx):
     _entered.append((ctx.slot.timestamp(), time.time()))
 
 for i in range({n}):
@@ -53,7 +55,8 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int, inflight: int = 0) -> dict[str, Any]:
+def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int, inflight: int = 0,
+            is_async: bool = False) -> dict[str, Any]:
     info = psycopg.conninfo.conninfo_to_dict(admin)
     name = f"bench_runner_lag_{jobs}"
     url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
@@ -62,7 +65,7 @@ def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int,
         conn.execute(f'CREATE DATABASE "{name}"')
     migrate.upgrade(url)
     tmp = Path(tempfile.mkdtemp())
-    (tmp / "lag_app.py").write_text(APP.format(n=jobs, out=str(tmp)))
+    (tmp / "lag_app.py").write_text(APP.format(n=jobs, out=str(tmp), kind="async " if is_async else ""))
     procs = []
     try:
         for i in range(processes):
@@ -119,15 +122,22 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--max-inflight", type=int, default=0, help="0: 2 x workers")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size; the table shows medians")
+    parser.add_argument("--async", dest="with_async", action="store_true",
+                        help="measure async def no-op handlers too, beside the sync ones in every round")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    samples = {n: [] for n in args.jobs}
+    kinds = ["sync", "async"] if args.with_async else ["sync"]
+    samples: dict[Any, list[dict[str, Any]]] = {
+        (n if kind == "sync" else f"{n} async"): [] for n in args.jobs for kind in kinds}
     for i in range(args.repeat):  # sizes interleaved, so a noisy minute hurts both alike
         for n in args.jobs:
-            samples[n].append(measure(args.dsn, n, args.seconds, args.processes, args.workers, args.max_inflight))
-            r = samples[n][-1]
-            print(f"round {i + 1}, {n} jobs: p99 {r['p99_ms']:.1f} ms, handler entered p99 "
-                  f"{r['entered_p99_ms']:.1f} ms", file=sys.stderr)
+            for kind in kinds:
+                key = n if kind == "sync" else f"{n} async"
+                samples[key].append(measure(args.dsn, n, args.seconds, args.processes, args.workers,
+                                            args.max_inflight, kind == "async"))
+                r = samples[key][-1]
+                print(f"round {i + 1}, {key} jobs: p99 {r['p99_ms']:.1f} ms, handler entered p99 "
+                      f"{r['entered_p99_ms']:.1f} ms", file=sys.stderr)
     if args.json:
         print(json.dumps(samples, indent=2))
         return
@@ -140,12 +150,20 @@ def main() -> None:
     for n, runs in samples.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         got, expected = sum(r["runs"] for r in runs), sum(r["expected_runs"] for r in runs)
-        print(f"{n:>5} {got:>6}/{expected:<7} {m['p50_ms']:>8.1f} {m['p95_ms']:>8.1f}"
+        print(f"{n!s:>5} {got:>6}/{expected:<7} {m['p50_ms']:>8.1f} {m['p95_ms']:>8.1f}"
               f" {m['p99_ms']:>8.1f} {m['max_ms']:>8.1f} {m['slot_all_started_median_ms']:>18.1f}"
               f" / {m['slot_all_started_max_ms']:.1f}   {m['entered_p50_ms']:.1f} / {m['entered_p99_ms']:.1f}"
               f" / {m['entered_max_ms']:.1f}")
         p99s = ", ".join(f"{r['p99_ms']:.1f}" for r in runs)
         print(f"      p99 samples: {p99s} ms; extra attempts (must be 0): {sum(r['extra_attempts'] for r in runs)}")
+    if args.with_async:
+        for n in args.jobs:
+            sync_runs, async_runs = samples[n], samples[f"{n} async"]
+            ratios = [a["p99_ms"] / s["p99_ms"] for s, a in zip(sync_runs, async_runs, strict=True)]
+            entered = [a["entered_p99_ms"] / s["entered_p99_ms"] for s, a in zip(sync_runs, async_runs, strict=True)]
+            print(f"{n} jobs, async / sync of the same round: p99 {statistics.median(ratios):.2f}"
+                  f" (rounds: {', '.join(f'{r:.2f}' for r in ratios)}); handler entered p99"
+                  f" {statistics.median(entered):.2f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Throughput of `runner`: no-op runs completed per second by two `runner start` processes,
 beside the raw ceiling of the same ledger statements issued directly.
 
-    python scripts/bench/runner_throughput.py [--partitions 10000] [--repeat 3] [--workers 16]
+    python scripts/bench/runner_throughput.py [--partitions 10000] [--repeat 3] [--workers 16] [--async]
 
 One job with N partitions is due at one instant (every="30s"), so one slot fans out to N
 runs; two real `runner start` processes drain it. Runs per second = N / (last finished_at -
@@ -9,7 +9,9 @@ slot instant), read from the ledger. The ceiling ("raw") is two processes issuin
 minimal psycopg loop, exactly the statements the runner issues per batch of runs (claim,
 finish, unlock; runner/ledger.py), each process claiming its own share of the slot as the
 runners do, with no handler, threads or scheduling around them.
-Each measurement uses a fresh scratch database, dropped afterwards.
+Each measurement uses a fresh scratch database, dropped afterwards. With --async, every round
+also measures the runner with an ``async def`` no-op handler (the runner's event loop,
+runner/aio.py; ``--async-workers`` as ``--workers``), right after the sync one.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from runner import Runner
 app = Runner()
 
 @app.job("fanout", every="30s", partitions=[str(i) for i in range({n})], grace="1h")
-def fanout(ctx):
+{kind}def fanout(ctx):
     pass
 '''
 
@@ -79,12 +81,13 @@ def wait_for(check: Any, timeout: float) -> Any:
     raise TimeoutError("condition not met")
 
 
-def measure_runner(admin: str, partitions: int, workers: int, inflight: int) -> dict[str, Any]:
+def measure_runner(admin: str, partitions: int, workers: int, inflight: int,
+                   is_async: bool = False) -> dict[str, Any]:
     name = "bench_runner_tp"
     url = _as_url(admin, name)
     scratch(admin, name)
     app_dir = Path(tempfile.mkdtemp())
-    (app_dir / "bench_app.py").write_text(APP.format(n=partitions))
+    (app_dir / "bench_app.py").write_text(APP.format(n=partitions, kind="async " if is_async else ""))
     env = {**os.environ, "RUNNER_DATABASE_URL": url}
     procs = []
     try:
@@ -186,14 +189,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--max-inflight", type=int, default=512)
     parser.add_argument("--batch", type=int, default=128, help="rows per statement in the raw loop")
+    parser.add_argument("--async", dest="with_async", action="store_true",
+                        help="measure the runner with an async def no-op handler too, in every round")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict[str, list[dict[str, Any]]] = {"runner": [], "raw": []}
+    if args.with_async:
+        results["async"] = []
     for i in range(args.repeat):
         results["raw"].append(measure_raw(args.dsn, args.partitions, args.batch))
         results["runner"].append(measure_runner(args.dsn, args.partitions, args.workers, args.max_inflight))
-        print(f"round {i + 1}: runner {results['runner'][-1]['runs_per_s']:.0f}/s, "
-              f"raw {results['raw'][-1]['runs_per_s']:.0f}/s", file=sys.stderr)
+        if args.with_async:
+            results["async"].append(measure_runner(args.dsn, args.partitions, args.workers,
+                                                   args.max_inflight, is_async=True))
+        print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]['runs_per_s']:.0f}/s" for k, v in results.items()),
+              file=sys.stderr)
     med = {k: statistics.median(r["runs_per_s"] for r in v) for k, v in results.items()}
     if args.json:
         print(json.dumps({"median_runs_per_s": med, "samples": results}, default=str, indent=2))
@@ -203,6 +213,13 @@ def main() -> None:
         samples = ", ".join(f"{r['runs_per_s']:.0f}" for r in v)
         print(f"{k:<10} {med[k]:>14.0f} {samples:>30}")
     print(f"runner / raw ceiling: {med['runner'] / med['raw']:.2f}")
+    if args.with_async:
+        ratios = [a["runs_per_s"] / s["runs_per_s"] for s, a in zip(results["runner"], results["async"], strict=True)]
+        print(f"async / sync runner, same round: median {statistics.median(ratios):.2f}"
+              f" (rounds: {', '.join(f'{r:.2f}' for r in ratios)}); async / raw ceiling:"
+              f" {med['async'] / med['raw']:.2f}")
+        extra = sum(r["extra_attempts"] for r in results["async"])
+        print(f"async extra attempts (must be 0): {extra}")
     extra = sum(r["extra_attempts"] for r in results["runner"])
     print(f"extra attempts (must be 0): {extra}; first start lag: "
           f"{statistics.median(r['first_start_lag_s'] for r in results['runner']) * 1000:.0f} ms")
