@@ -292,6 +292,26 @@ def start(
     logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("alembic", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    worker: Worker | None = None
+    stop_requested = False
+    interrupts = 0
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal interrupts, stop_requested
+        interrupts += 1
+        if interrupts > 1 and signum == signal.SIGINT:
+            logging.getLogger("runner").warning("second interrupt: exiting at once")
+            os._exit(130)
+        logging.getLogger("runner").info(
+            "%s: stopping; waiting for running handlers", signal.Signals(signum).name)
+        stop_requested = True
+        if worker is not None:
+            worker.stop()
+
+    # from the first step: a SIGTERM however early (while the metrics endpoint or the worker
+    # starts) stops the runner cleanly, deregistered, with exit code 0
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     with _errors():
         runner_app = load_app(app_spec)
         if not runner_app.jobs:
@@ -312,23 +332,11 @@ def start(
                 raise ConfigError(f"cannot serve metrics on {metrics_host} port {metrics_port}: "
                                   f"{exc.strerror or exc}") from None
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
+        if stop_requested:
+            return
         worker.start()
-
-    interrupts = 0
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1 and signum == signal.SIGINT:
-            logging.getLogger("runner").warning("second interrupt: exiting at once")
-            os._exit(130)
-        logging.getLogger("runner").info(
-            "%s: stopping; waiting for running handlers", signal.Signals(signum).name)
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    with _errors():
+        if stop_requested:
+            worker.stop()
         worker.run()
 
 
