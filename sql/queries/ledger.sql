@@ -231,8 +231,16 @@ RETURNING a.id
 -- name: heartbeat_attempts
 -- The loop's liveness beat for every attempt this process runs (one statement). A stopped
 -- or partitioned process stops beating; its attempts' heartbeats age past their lease.
-UPDATE runner.attempts SET heartbeat_at = coalesce(%(now)s::timestamptz, now())
-WHERE owner_instance = %(instance)s AND status = 'running' AND run_id = ANY(%(run_ids)s::bigint[])
+-- It never waits for a row lock: an attempt whose row another statement holds (its outcome
+-- being recorded by the completer, its own ctx.heartbeat) is skipped this beat. Waiting
+-- would let this statement and a finish batch lock the same attempts in different orders
+-- and deadlock (tests/test_ledger.py: beats, outcomes and takeovers never deadlock).
+UPDATE runner.attempts a SET heartbeat_at = coalesce(%(now)s::timestamptz, now())
+FROM (SELECT x.id FROM runner.attempts x
+      WHERE x.owner_instance = %(instance)s AND x.status = 'running'
+        AND x.run_id = ANY(%(run_ids)s::bigint[])
+      FOR UPDATE SKIP LOCKED) AS free
+WHERE a.id = free.id
 
 -- name: register_instance
 INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version, jobs)
