@@ -185,7 +185,13 @@ BEGIN
     -- (a superuser can) and that role holding CREATE on the schema for the moment
     IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
        AND NOT pg_has_role(current_user, condition, 'MEMBER') THEN
-        EXECUTE format('GRANT %I TO %I', condition, current_user);
+        BEGIN
+            EXECUTE format('GRANT %I TO %I', condition, current_user);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'the schema owner % must be a member of the condition role % to make it the owner of runner.pause_condition_v1; as a superuser (or a role with CREATEROLE) run once: GRANT % TO %; then run this file again',
+                current_user, condition, quote_ident(condition), quote_ident(current_user)
+                USING ERRCODE = 'insufficient_privilege';
+        END;
     END IF;
     EXECUTE format('GRANT CREATE ON SCHEMA runner TO %I', condition);
     EXECUTE format('ALTER FUNCTION runner.pause_condition_v1(text) OWNER TO %I', condition);

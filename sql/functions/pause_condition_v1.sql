@@ -17,7 +17,9 @@
 -- column, a boolean; NULL counts as false. The row may be at most 1 kB.
 -- No SET search_path: the condition's names resolve as the caller's do. (The usual care of
 -- a fixed search_path protects a powerful owner from its callers; this owner has no power
--- to lose.)
+-- to lose.) The owner check itself names every catalog object with its schema, so a caller
+-- cannot shadow pg_roles with a temporary table, or pg_has_role with a function of its own,
+-- to make a too-powerful owner look harmless.
 CREATE OR REPLACE FUNCTION runner.pause_condition_v1(condition text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
@@ -28,14 +30,14 @@ DECLARE
     shape json;
 BEGIN
     IF EXISTS (
-        SELECT 1 FROM pg_roles r
+        SELECT 1 FROM pg_catalog.pg_roles r
         WHERE r.rolname = current_user
           AND (r.rolsuper OR r.rolbypassrls
-               OR r.oid = (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'runner')
-               OR pg_has_role(r.oid, 'pg_execute_server_program', 'USAGE')
-               OR pg_has_role(r.oid, 'pg_read_server_files', 'USAGE')
-               OR pg_has_role(r.oid, 'pg_write_server_files', 'USAGE')
-               OR pg_has_role(r.oid, 'pg_signal_backend', 'USAGE'))
+               OR r.oid = (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'runner')
+               OR pg_catalog.pg_has_role(r.oid, 'pg_execute_server_program', 'USAGE')
+               OR pg_catalog.pg_has_role(r.oid, 'pg_read_server_files', 'USAGE')
+               OR pg_catalog.pg_has_role(r.oid, 'pg_write_server_files', 'USAGE')
+               OR pg_catalog.pg_has_role(r.oid, 'pg_signal_backend', 'USAGE'))
     ) THEN
         RAISE EXCEPTION 'pause conditions run as the condition role, and runner.pause_condition_v1 is owned by % (too powerful): apply sql/roles.sql, which creates the role and makes it the owner', current_user
             USING ERRCODE = 'insufficient_privilege';

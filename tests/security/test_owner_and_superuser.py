@@ -62,6 +62,8 @@ def owner_url(empty_db_url: str) -> Iterator[str]:
         yield url
     finally:
         with psycopg.connect(empty_db_url, autocommit=True) as conn:
+            # the schema holds a function the condition role owns: drop it with its contents
+            conn.execute("DROP SCHEMA IF EXISTS runner CASCADE")
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
@@ -73,6 +75,14 @@ def test_the_deployment_of_the_readme(owner_url: str, empty_db_url: str, db_url:
     assert out.returncode == 0, out.stderr
     assert scalar(empty_db_url, "SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'runner'") == (
         conninfo_to_dict(owner_url)["user"])
+    owner = conninfo_to_dict(owner_url)["user"]
+    with psycopg.connect(owner_url, autocommit=True) as conn:  # without it: a clear refusal
+        conn.execute(db_roles.settings())
+        with pytest.raises(errors.InsufficientPrivilege, match="must be a member of the condition role"):
+            conn.execute((ROOT / "sql" / "roles.sql").read_text())
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:  # ... so the DBA grants it once
+        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(db_roles.groups["condition"]),
+                                                      sql.Identifier(str(owner))))
     with psycopg.connect(owner_url, autocommit=True) as conn:  # sql/roles.sql, as the owner
         conn.execute(db_roles.settings())
         conn.execute((ROOT / "sql" / "roles.sql").read_text())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.security.conftest import Logins, refused, snapshot
-from tests.support import rows
+from tests.support import rows, scalar
 
 WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "record_replay_plan_v1", "advance_watermarks_v1"}
 OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
@@ -16,6 +16,11 @@ OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create
                       "record_backfill_verify_v1"}
 # called only by the functions above, or by a trigger, as the owner
 INTERNAL = {"lock_backfill_for_action", "record_pause_v1"}
+# owned by the condition role, not the schema owner: it runs the caller's condition as that
+# powerless role, so it fixes no search_path (names resolve as the caller's) and its own
+# owner check names the catalogs with their schema; runners evaluate, operators check at
+# creation
+CONDITION_FUNCTIONS = {"pause_condition_v1"}
 
 READONLY_FORBIDDEN = {
     "rerun": "SELECT * FROM runner.rerun_v1({dead}, 'dead', 3, false, 'r', 'r')",
@@ -46,9 +51,13 @@ def definer_functions(url: str) -> list[tuple[str, list[str] | None, str]]:
 
 def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: Logins) -> None:
     found = definer_functions(logins.admin)
-    assert {name for name, _, _ in found} == WORKER_FUNCTIONS | OPERATOR_FUNCTIONS | INTERNAL
+    assert {name for name, _, _ in found} == WORKER_FUNCTIONS | OPERATOR_FUNCTIONS | INTERNAL | CONDITION_FUNCTIONS
     for name, config, signature in found:
-        assert config is not None and "search_path=pg_catalog, pg_temp" in config, signature
+        if name in CONDITION_FUNCTIONS:
+            assert scalar(logins.admin, "SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = %s::regprocedure",
+                          (signature,)) == logins.groups["condition"], signature
+        else:
+            assert config is not None and "search_path=pg_catalog, pg_temp" in config, signature
         grantees = {r[0] for r in rows(
             logins.admin,
             "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END"
@@ -56,5 +65,7 @@ def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: L
             " WHERE p.oid = %s::regprocedure AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner",
             (signature,))}
         expected = ({logins.groups["worker"]} if name in WORKER_FUNCTIONS
-                    else {logins.groups["operator"]} if name in OPERATOR_FUNCTIONS else set())
+                    else {logins.groups["operator"]} if name in OPERATOR_FUNCTIONS
+                    else {logins.groups["worker"], logins.groups["operator"]} if name in CONDITION_FUNCTIONS
+                    else set())
         assert grantees == expected, signature

@@ -31,8 +31,10 @@ SLOT = datetime(2026, 1, 1, 3, tzinfo=UTC)
 
 
 @pytest.fixture
-def hostile_db(db_url: str) -> str:
-    """The job registered, and one dead run whose partition key and error are hostile."""
+def hostile_db(db_url: str, db_roles: Any) -> str:
+    """The job registered, and one dead run whose partition key and error are hostile. The
+    roles are applied: a --pause-when is only accepted once the condition role exists."""
+    db_roles.apply(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:
         ledger.sync_jobs(conn, list(shown_app.jobs.values()), now=SLOT - timedelta(hours=2))
         conn.execute(
