@@ -9,7 +9,6 @@ cancelled and a running backfill plan, the gap scan's watermark, a request row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +117,3 @@ def bare_logins(db_url: str, db_roles: Any) -> Logins:
     """The roles applied and a LOGIN of each, on an empty ledger (for real runners)."""
     return make_logins(db_url, db_roles, seeded=False)
 
-
-def each(statements: dict[str, str]) -> Callable[[Callable[..., None]], Any]:
-    """Parametrise a test over named statements (the name is the test id)."""
-    return pytest.mark.parametrize("statement", list(statements.values()), ids=list(statements))
