@@ -13,11 +13,15 @@ trust, the server's gid 0, the 0700 parent became 0755, and the other user got i
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import stat
 import subprocess
+import sys
+import sysconfig
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -29,20 +33,27 @@ import pytest
 from runner import embedded
 
 INTRUDER = "runner-intruder"
+USER = "runner-tester"  # an ordinary user who runs the runner (the non-root case)
 PSQL = shutil.which("psql")
+# a Python of the same version as this one that any user may run, to run the runner as USER
+USER_PYTHON = Path(f"/usr/bin/python3.{sys.version_info.minor}")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: makes another OS user with useradd")
 
 
-@pytest.fixture(scope="module")
-def intruder() -> pwd.struct_passwd:
+def os_user(name: str) -> pwd.struct_passwd:
     try:
-        return pwd.getpwnam(INTRUDER)
+        return pwd.getpwnam(name)
     except KeyError:
-        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER],
+        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
                               capture_output=True, text=True)
         assert made.returncode in (0, 9), made.stderr
-        return pwd.getpwnam(INTRUDER)
+        return pwd.getpwnam(name)
+
+
+@pytest.fixture(scope="module")
+def intruder() -> pwd.struct_passwd:
+    return os_user(INTRUDER)
 
 
 @pytest.fixture
@@ -114,3 +125,63 @@ def test_another_local_user_cannot_connect(project: Path, intruder: pwd.struct_p
     assert not again.started and again.pid == server.pid and again.url == server.url
     assert embedded.stop(project)
     assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == psutil.STATUS_ZOMBIE
+
+
+AS_USER = """
+import json, site, sys
+site.addsitedir(sys.argv[1])
+import psycopg
+from pathlib import Path
+from runner import embedded
+home = Path(sys.argv[3])
+if sys.argv[2] == "start":
+    server = embedded.start(home)
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        user = conn.execute("SELECT current_user").fetchone()[0]
+    print(json.dumps({"url": server.url, "pid": server.pid, "socket_dir": str(server.socket_dir),
+                      "pgdata": str(server.pgdata), "user": user}))
+else:
+    print(json.dumps({"stopped": embedded.stop(home)}))
+"""
+
+
+@pytest.mark.skipif(not USER_PYTHON.exists(), reason=f"needs {USER_PYTHON} to run the runner as another user")
+def test_an_ordinary_users_server_is_closed_to_other_users(intruder: pwd.struct_passwd) -> None:
+    """The non-root case: an ordinary user's embedded server (its own account, data under
+    ./.runner/postgres, a long project path: the socket in a fresh 0700 directory under the
+    temp directory) refuses another local user."""
+    owner = os_user(USER)
+    top = Path(tempfile.mkdtemp(prefix="runner-user-test-"))  # /tmp: every user can reach it
+    os.chown(top, owner.pw_uid, owner.pw_gid)
+    home = top / ("an-ordinary-users-project-with-a-long-name-" * 2) / ".runner"
+    site = sysconfig.get_paths()["purelib"]
+
+    def run(action: str) -> dict[str, object]:
+        done = as_user(owner, str(USER_PYTHON), "-c", AS_USER, site, action, str(home), env={})
+        assert done.returncode == 0, done.stderr
+        result: dict[str, object] = json.loads(done.stdout)
+        return result
+
+    try:
+        as_user(owner, "mkdir", "-p", str(home.parent), env={})
+        started = run("start")
+        assert started["user"] == "postgres"
+        sock = Path(str(started["socket_dir"]))
+        assert sock.parent == Path(tempfile.gettempdir()) and sock.name.startswith("runner-pg-")
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o700 and sock.stat().st_uid == owner.pw_uid
+        assert Path(str(started["pgdata"])) == home / "postgres"
+        assert stat.S_IMODE((home / "password").stat().st_mode) == 0o600
+        proc = psutil.Process(int(str(started["pid"])))
+        assert set(proc.uids()) == {owner.pw_uid} and set(proc.gids()) == {owner.pw_gid}
+        assert not [c for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN]
+        assert PSQL is not None
+        password = (home / "password").read_text().strip()
+        for pw in ("", password):
+            tried = as_user(intruder, PSQL, "-X", "-w", f"host={sock} port=5432 user=postgres dbname=postgres",
+                            "-c", "SELECT 1", env={"PGPASSWORD": pw, "PGCONNECT_TIMEOUT": "5"})
+            assert tried.returncode != 0 and "Permission denied" in tried.stderr, tried.stderr
+        assert run("stop") == {"stopped": True}
+        assert not sock.exists()  # the temporary socket directory goes with the server
+    finally:
+        as_user(owner, str(USER_PYTHON), "-c", AS_USER, site, "stop", str(home), env={})
+        shutil.rmtree(top, ignore_errors=True)
