@@ -210,6 +210,20 @@ def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str 
     return Evaluation(bool(row[0]))
 
 
+def evaluate_apart(conn: psycopg.Connection[Any], condition: str,
+                   prometheus_url: str | None = None) -> Evaluation:
+    """Evaluate ``condition`` once on a short connection of its own, with ``conn``'s login,
+    closed afterwards: whatever the condition does to a session never reaches the caller's
+    (the creation check of ``runner backfill``)."""
+    if prometheus_query(condition) is not None:
+        return evaluate(conn, condition, prometheus_url)
+    info = conn.info
+    with psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
+                         application_name="runner-condition") as own:
+        own.execute("SET TIME ZONE 'UTC'")
+        return evaluate(own, condition)
+
+
 def release_locks(conn: psycopg.Connection[Any]) -> None:
     """Release every session-level advisory lock of ``conn`` (a condition's)."""
     conn.execute(Q["release_locks"])
