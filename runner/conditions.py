@@ -107,6 +107,8 @@ def _shape_error(conn: psycopg.Connection[Any], condition: str) -> str | None:
     """Parse and describe ``condition`` without running it: why it is not one statement
     returning one boolean column, or None. (psycopg has no public call for a describe
     alone, so this speaks libpq's through the connection's pgconn, under its lock.)"""
+    if "\x00" in condition:  # libpq would parse only the text before it
+        return "it holds a NUL character"
     encoding = conn.info.encoding
     with conn.lock:
         pg = conn.pgconn
