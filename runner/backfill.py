@@ -42,8 +42,8 @@ pass, under that lock, the plan
 A plan also pauses when the operator's ``pause_when`` condition returns true or fails. That
 condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
 on a connection and thread of its own, as the condition role (runner/conditions.py), which
-pauses the plan; the lane only sees the plan paused. It is also evaluated, the same way,
-when the plan is created (an error refuses the plan).
+pauses the plan; the lane only sees the plan paused. It is also evaluated, the same way and
+on a connection of its own, when the plan is created (an error refuses the plan).
 
 **Verification.** When a plan completes, the process that completed it (it has the job's
 definition) runs the job's ``verify`` check in a background thread, per partition, over the
@@ -270,10 +270,7 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
     if spec.pause_when is not None:
         if not spec.pause_when.strip():
             raise OperatorError("--pause-when must not be empty")
-        try:
-            evaluated = conditions.evaluate(conn, spec.pause_when, prometheus_url)
-        finally:
-            conditions.release_locks(conn)
+        evaluated = conditions.evaluate_apart(conn, spec.pause_when, prometheus_url)
         if evaluated.error is not None:
             raise OperatorError(f"--pause-when: {evaluated.error}; nothing written")
         pause_now = evaluated.value

@@ -107,6 +107,8 @@ def _shape_error(conn: psycopg.Connection[Any], condition: str) -> str | None:
     """Parse and describe ``condition`` without running it: why it is not one statement
     returning one boolean column, or None. (psycopg has no public call for a describe
     alone, so this speaks libpq's through the connection's pgconn, under its lock.)"""
+    if "\x00" in condition:  # libpq would parse only the text before it
+        return "it holds a NUL character"
     encoding = conn.info.encoding
     with conn.lock:
         pg = conn.pgconn
@@ -208,6 +210,20 @@ def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str 
         return Evaluation(None, f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
     assert row is not None
     return Evaluation(bool(row[0]))
+
+
+def evaluate_apart(conn: psycopg.Connection[Any], condition: str,
+                   prometheus_url: str | None = None) -> Evaluation:
+    """Evaluate ``condition`` once on a short connection of its own, with ``conn``'s login,
+    closed afterwards: whatever the condition does to a session never reaches the caller's
+    (the creation check of ``runner backfill``)."""
+    if prometheus_query(condition) is not None:
+        return evaluate(conn, condition, prometheus_url)
+    info = conn.info
+    with psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
+                         application_name="runner-condition") as own:
+        own.execute("SET TIME ZONE 'UTC'")
+        return evaluate(own, condition)
 
 
 def release_locks(conn: psycopg.Connection[Any]) -> None:

@@ -75,16 +75,29 @@ def main() -> None:
                     [sys.executable, "-m", "runner", "start", "--app", f"{app}:app", "--log-level", "WARNING"],
                     env={**os.environ, "RUNNER_DATABASE_URL": url}, stdout=out, stderr=subprocess.STDOUT)
                 samples: list[tuple[float, float]] = []
+                print(f"{args.keys} keys every {args.every}, {args.seconds:.0f} s, one runner process")
+                print("  t (s)   RSS (MB)", flush=True)
                 began = time.monotonic()
                 try:
+                    time.sleep(2.0)  # the process starts
                     while (elapsed := time.monotonic() - began) < args.seconds:
                         if proc.poll() is not None:
                             raise SystemExit(f"the runner exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
                         samples.append((elapsed, rss_mb(proc.pid)))
+                        print(f"  {elapsed:5.1f}   {samples[-1][1]:8.1f}", flush=True)
                         time.sleep(2.0)  # the sampling period
                 finally:
+                    stopping = time.monotonic()
                     proc.terminate()
-                    proc.wait(60)
+                    try:
+                        proc.wait(120)
+                        print(f"stopped {time.monotonic() - stopping:.1f} s after SIGTERM")
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                        print("still running 120 s after SIGTERM: killed")
+                    if os.environ.get("BENCH_KEEP_LOG"):
+                        print(log.read_text()[-5000:])
         with psycopg.connect(url, autocommit=True) as conn:
             runs, slots, fanned, late = conn.execute(
                 "SELECT (SELECT count(*) FROM runner.job_runs),"
@@ -94,10 +107,6 @@ def main() -> None:
     finally:
         drop_database(args.dsn, name)
 
-    print(f"{args.keys} keys every {args.every}, {args.seconds:.0f} s, one runner process")
-    print("  t (s)   RSS (MB)")
-    for t, mb in samples:
-        print(f"  {t:5.1f}   {mb:8.1f}")
     half = [s for s in samples if s[0] >= args.seconds / 2]
     if len(half) >= 2:
         slope = (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import RunnerProcess, eventually
+from tests.support import RunnerProcess, eventually, scalar
 
 
 def free_port() -> int:
@@ -41,6 +41,9 @@ def serving(db_url: str, tmp_path: Path, *extra: str) -> tuple[RunnerProcess, in
     proc = RunnerProcess("tests/apps/hello.py:app", db_url, "--metrics-port", str(port), *extra,
                          log=tmp_path / "runner.log")
     eventually(lambda: listening_on(port), timeout=30, message=f"something listens on port {port}")
+    # and the loop runs (its signal handlers are set: SIGTERM is a clean stop from then on)
+    eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") > 0,
+               timeout=30, message="a run succeeded")
     return proc, port
 
 

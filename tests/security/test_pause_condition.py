@@ -329,6 +329,7 @@ def test_the_whole_evaluation_is_timed_and_the_session_reset(url: str) -> None:
     ("SELECT set_config('role', 'none', false) IS NULL", "security-definer"),
     ("SELECT count(*) > 0 FROM pg_authid", "permission denied"),
     ("SELECT true WHERE false", "no rows"),
+    ("SELECT true\x00; SELECT pg_sleep(5) IS NULL", "NUL character"),
 ])
 def test_the_creation_check_refuses_what_the_runner_would(url: str, condition: str, error: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
