@@ -225,3 +225,20 @@ def test_a_replay_of_a_verified_job_is_verified_on_its_plan(db_url: str) -> None
     # run oldest first, one at a time; then verified once over the replayed range
     assert [s for s, t in seen if t == "catch_up"] == [r[0] for r in replayed]
     assert checked == [(replayed[0][0] - MIN, replayed[-1][0], "")]
+
+
+def test_decisions_do_not_wait_for_rows_that_reference_the_job(db_url: str) -> None:
+    """A transaction that inserts rows referencing the job (a claim's runs, the gap scan's
+    holes: each takes a KEY SHARE lock on the job's row) does not hold up the misfire duty,
+    and the duty does not hold up such inserts. The job's row lock that serialises deciders is
+    FOR NO KEY UPDATE: with FOR UPDATE, a long watermark advance over a wide fan-out stalled
+    the loop thread (and its SIGTERM) for minutes."""
+    app = job_app(misfire="skip")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        ledger.sync_jobs(c, list(app.jobs.values()), now=T0 - MIN)
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url, autocommit=True) as c:
+        holder.execute("SELECT 1 FROM runner.jobs WHERE job_name = 'late' FOR KEY SHARE")
+        c.execute("SET lock_timeout = '2s'")  # waiting would raise LockNotAvailable
+        decided = misfire.run_once(c, app.jobs["late"], NOW, startup_range(app, NOW))
+        holder.rollback()
+    assert decided.counts == {"skipped": 10}

@@ -3,12 +3,15 @@
 -- name: lock_job
 -- Misfire decisions for one job are made by one process at a time: this row lock, held for
 -- the decision's transaction, serialises them, and the next decider sees the rows written.
+-- FOR NO KEY UPDATE, not FOR UPDATE: it must not conflict with the KEY SHARE locks that
+-- inserts of rows referencing the job take (claims' runs, the gap scan's holes), or a long
+-- watermark advance would stall the loop thread here, and this lock would hold up claims.
 -- Also returns since when the job's current schedule is in force: late slots before that
 -- were due under an earlier schedule, which the gap scan judges them by; they are not decided
 -- here with the new one.
 SELECT j.job_name, j.track_from, j.paused,
        (SELECT max(s.valid_from) FROM runner.job_schedules s WHERE s.job_name = j.job_name) AS valid_from
-FROM runner.jobs j WHERE j.job_name = %(job_name)s FOR UPDATE OF j
+FROM runner.jobs j WHERE j.job_name = %(job_name)s FOR NO KEY UPDATE OF j
 
 -- name: latest_complete_slot
 -- Where a runner's first range of late slots starts (runner/misfire.py): the newest slot at
