@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -342,8 +343,11 @@ def test_in_process_stop_hands_running_runs_over(db_url: str) -> None:
         started.set()
         await asyncio.sleep(60)
 
-    with app.running(db_url, workers=1, poll_interval=0.05, grace=0.2):
+    with app.running(db_url, workers=1, poll_interval=0.05, grace=1.0):
         eventually(started.is_set, message="the handler started")
+        leaving = time.monotonic()
+    took = time.monotonic() - leaving
+    assert 1.0 <= took < 5.0, took  # the grace, then the hand-over (not the handler's 60 s)
     assert rows(db_url, "SELECT status, trigger FROM runner.job_runs") == [("pending", "recovery")]
     assert rows(db_url, "SELECT status FROM runner.attempts") == [("released",)]
     assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0
