@@ -82,7 +82,8 @@ def test_an_async_handler_and_its_retries(db_url: str) -> None:
     other = run_once(app, "refresh-rates", slot + timedelta(minutes=5), db_url, attempts=5)
     assert (other.status, other.attempt) == ("succeeded", 2)
     # no lock left behind, the instance deregistered, the ledger audits clean
-    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database ="
+                          " (SELECT oid FROM pg_database WHERE datname = current_database())") == 0
     assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0
     assert_ledger_clean(db_url)
 
