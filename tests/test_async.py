@@ -229,6 +229,36 @@ def test_sync_and_async_handlers_mix_in_one_worker(db_url: str) -> None:
     assert_ledger_clean(db_url)
 
 
+def test_hundreds_of_async_handlers_run_at_once_on_a_few_threads_and_connections(db_url: str) -> None:
+    """The quality bar in small (scripts/bench/async_sleepers.py measures 1,000): 300 async
+    handlers sleeping at once in one process add no thread and no connection per handler."""
+    n = 300
+    app = Runner()
+    state = {"running": 0, "peak": 0, "threads": 0}
+    threads_before = threading.active_count()
+
+    @app.job("sleepers", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1),
+             partitions=[f"p{i}" for i in range(n)], misfire="replay")
+    async def sleeper(ctx: AsyncJobContext) -> None:
+        state["running"] += 1  # one event loop: no lock needed
+        state["peak"] = max(state["peak"], state["running"])
+        state["threads"] = max(state["threads"], threading.active_count())
+        try:
+            await asyncio.sleep(2)
+        finally:
+            state["running"] -= 1
+
+    connections = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                   " AND pid <> pg_backend_pid()")
+    with running_worker(app, db_url, workers=2, async_workers=n, max_inflight=n):
+        eventually(lambda: state["peak"] == n, timeout=30, message="all of them running at once")
+        peak_connections = scalar(db_url, connections)
+        eventually(lambda: count(db_url, "status = 'succeeded'") == n, timeout=30, message="all done")
+    assert state["threads"] - threads_before < 20, state  # not one per handler
+    assert peak_connections < 10, peak_connections  # not one per handler
+    assert_ledger_clean(db_url)
+
+
 @pytest.mark.slow
 def test_mixed_app_in_real_runner_start(db_url: str, tmp_path: Path) -> None:
     """Two real ``runner start`` processes run a sync and an async job of one app: every slot
