@@ -1,6 +1,8 @@
 """runner: a PostgreSQL-native scheduled-job runner that proves every slot ran once.
 
-The public names only; see README.md for the guarantees.
+The public names only; see README.md for the guarantees. Also public: ``app.running(...)``
+(the runner inside the application, an ``InProcessRunner``) and the module ``runner.testing``
+(``run_once``, ``fresh_database``; the pytest fixture in ``runner.pytest_plugin``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from runner.errors import (
     Permanent,
     UnresolvedEffect,
 )
+from runner.inprocess import InProcessRunner
 
 __all__ = [
     "AsyncJobContext",
     "AttemptTimedOut",
     "Backoff",
     "HandlerReturnedAwaitable",
+    "InProcessRunner",
     "JobContext",
     "JobDefinitionError",
     "LostOwnership",

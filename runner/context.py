@@ -280,9 +280,18 @@ def _awaited_on(loop: asyncio.AbstractEventLoop,
 
     def call(*args: Any) -> Any:
         result = fn(*args)
-        if inspect.isawaitable(result):
-            return asyncio.run_coroutine_threadsafe(_await(result), loop).result()
-        return result
+        if not inspect.isawaitable(result):
+            return result
+        future = asyncio.run_coroutine_threadsafe(_await(result), loop)
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except TimeoutError:
+                if future.done():  # the send's own TimeoutError
+                    raise
+                if not loop.is_running():  # the runner stopped: never wait on a dead loop
+                    future.cancel()
+                    raise RuntimeError("the runner's event loop stopped while a send was awaited") from None
 
     return call
 

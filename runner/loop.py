@@ -219,7 +219,10 @@ class Worker:
         self._async: AsyncHandlers | None = None  # async def handlers' event loop, if any
         self._finished: queue.SimpleQueue[tuple[ClaimedRun, Outcome | None] | None] = queue.SimpleQueue()
         self._completer: threading.Thread | None = None
-        self._active: dict[int, Active] = {}
+        # (run id, fence) -> the attempt this process is executing: by fence too, since one
+        # process may run two attempts of a run (an older one it lost with its lock session,
+        # still in its handler, and a newer one it took over itself)
+        self._active: dict[tuple[int, int], Active] = {}
         self._active_lock = threading.Lock()
         self._inflight = 0
         self._pending: deque[SlotClaim] = deque()
@@ -721,7 +724,7 @@ class Worker:
             else:
                 ctx = JobContext(run, job, self._pool, self._control)
             with self._active_lock:
-                self._active[run.id] = Active(run, ctx)
+                self._active[(run.id, run.fence)] = Active(run, ctx)
             self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
             event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
@@ -754,7 +757,7 @@ class Worker:
             # the timeout counts from here: a run claimed ahead (max_inflight > workers) and
             # waiting for a handler thread is not running yet
             with self._active_lock:
-                active = self._active.get(run.id)
+                active = self._active.get((run.id, run.fence))
                 if active is not None:
                     active.deadline = began + job.timeout.total_seconds()
             self._wake.set()  # the loop sleeps until the nearest deadline
@@ -765,7 +768,7 @@ class Worker:
         gave up on the attempt meanwhile (timeout, shutdown: recorded already)."""
         self.metrics.of(self.metrics.duration, run.job_name).observe(time.monotonic() - began)
         with self._active_lock:
-            mine = self._active.pop(run.id, None) is not None
+            mine = self._active.pop((run.id, run.fence), None) is not None
         if mine:
             self._finished.put((run, outcome))
         else:
@@ -777,7 +780,7 @@ class Worker:
         with self._active_lock:
             overdue = [a for a in self._active.values() if a.deadline is not None and now >= a.deadline]
             for a in overdue:
-                del self._active[a.run.id]
+                del self._active[(a.run.id, a.run.fence)]
         for a in overdue:
             job = self.jobs[a.run.job_name]
             reason = f"timed out after {job.timeout}"

@@ -18,11 +18,15 @@ and the next attempt's ``check`` looks the key up in ``fault.sends`` (recording 
 Random choices (work time, timeouts) are drawn from ``FAULT_SEED`` and the run's
 idempotency key and attempt, so a given attempt makes the same choices in every process.
 Configuration is by environment: ``RUNNER_DATABASE_URL``, ``FAULT_SEED``,
-``FAULT_PARTITIONS``, ``FAULT_MAX_WORK`` (seconds) and ``FAULT_TIMEOUT_RATE``.
+``FAULT_PARTITIONS``, ``FAULT_MAX_WORK`` (seconds), ``FAULT_TIMEOUT_RATE`` and
+``FAULT_ASYNC`` (``1``: both handlers are ``async def``, doing the same work in async form on
+the runner's event loop: ``await asyncio.sleep``, ``await ctx.heartbeat()``, ``ctx.db`` an
+AsyncConnection, ``await ctx.effect(...)``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import random
@@ -33,12 +37,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import JobContext, Runner
+from runner import AsyncJobContext, JobContext, Runner
 
 SEED = int(os.environ.get("FAULT_SEED", "0"))
 PARTITIONS = [f"p{i}" for i in range(int(os.environ.get("FAULT_PARTITIONS", "3")))]
 MAX_WORK = float(os.environ.get("FAULT_MAX_WORK", "1.5"))
 TIMEOUT_RATE = float(os.environ.get("FAULT_TIMEOUT_RATE", "0.1"))
+ASYNC = os.environ.get("FAULT_ASYNC") == "1"
 LEASE = "3s"  # the suite stops processes for longer than this
 JOBS = ("fault-ledger", "fault-notify")
 OPTIONS: dict[str, Any] = {
@@ -64,24 +69,52 @@ def outside() -> ConnectionPool[Any]:
         return _pool
 
 
-def draw(ctx: JobContext) -> random.Random:
+def draw(ctx: JobContext | AsyncJobContext) -> random.Random:
     """The seeded random choices of this attempt."""
     digest = hashlib.sha256(f"{SEED}:{ctx.idempotency_key}:{ctx.attempt}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def work(ctx: JobContext, rng: random.Random) -> None:
+def noted(ctx: JobContext | AsyncJobContext) -> None:
     with outside().connection() as conn:
         conn.execute("INSERT INTO fault.executions (run_id, attempt, fence, pid) VALUES (%s, %s, %s, %s)",
                      (ctx.run_id, ctx.attempt, ctx.fence, os.getpid()))
+
+
+def work_time(rng: random.Random) -> float:
     # mostly short, sometimes longer than the lease (the loop's beats keep it alive)
-    seconds = rng.uniform(0, MAX_WORK) if rng.random() < 0.95 else rng.uniform(MAX_WORK, 2 * MAX_WORK + 1)
+    return rng.uniform(0, MAX_WORK) if rng.random() < 0.95 else rng.uniform(MAX_WORK, 2 * MAX_WORK + 1)
+
+
+def work(ctx: JobContext, rng: random.Random) -> None:
+    noted(ctx)
+    seconds = work_time(rng)
     time.sleep(seconds / 2)  # the handler's own work (simulated)
     ctx.heartbeat()  # a stale owner stops here
     time.sleep(seconds / 2)
 
 
+async def work_async(ctx: AsyncJobContext, rng: random.Random) -> None:
+    await asyncio.to_thread(noted, ctx)
+    seconds = work_time(rng)
+    await asyncio.sleep(seconds / 2)
+    await ctx.heartbeat()
+    await asyncio.sleep(seconds / 2)
+
+
 def notify(ctx: JobContext, rng: random.Random) -> None:
+    key, send, check = message(ctx, rng)
+    # a lost connection while sending says nothing about delivery either: unknown
+    ctx.effect(key, send, check=check, unknown_on=(TimeoutError, psycopg.Error))
+
+
+async def notify_async(ctx: AsyncJobContext, rng: random.Random) -> None:
+    key, send, check = message(ctx, rng)
+    await ctx.effect(key, send, check=check, unknown_on=(TimeoutError, psycopg.Error))
+
+
+def message(ctx: JobContext | AsyncJobContext, rng: random.Random) -> tuple[str, Any, Any]:
+    """The effect key, send and check of the fake external message of this attempt."""
     key = f"{ctx.idempotency_key}:notify"
     times_out = rng.random() < TIMEOUT_RATE
 
@@ -103,22 +136,42 @@ def notify(ctx: JobContext, rng: random.Random) -> None:
                          " VALUES (%s, %s, %s, %s)", (effect_key, ctx.run_id, ctx.attempt, delivered))
         return delivered
 
-    # a lost connection while sending says nothing about delivery either: unknown
-    ctx.effect(key, send, check=check, unknown_on=(TimeoutError, psycopg.Error))
+    return key, send, check
 
 
-@app.job("fault-ledger", **OPTIONS)
+SINK = ("INSERT INTO fault.sink (run_id, job_name, slot, partition_key, fence, attempt)"
+        " VALUES (%s, %s, %s, %s, %s, %s)")
+
+
 def ledger_job(ctx: JobContext) -> None:
     rng = draw(ctx)
     work(ctx, rng)
-    ctx.db.execute("INSERT INTO fault.sink (run_id, job_name, slot, partition_key, fence, attempt)"
-                   " VALUES (%s, %s, %s, %s, %s, %s)",
-                   (ctx.run_id, ctx.job_name, ctx.slot, ctx.partition, ctx.fence, ctx.attempt))
+    ctx.db.execute(SINK, (ctx.run_id, ctx.job_name, ctx.slot, ctx.partition, ctx.fence, ctx.attempt))
     notify(ctx, rng)
 
 
-@app.job("fault-notify", **OPTIONS)
 def notify_job(ctx: JobContext) -> None:
     rng = draw(ctx)
     work(ctx, rng)
     notify(ctx, rng)
+
+
+async def ledger_job_async(ctx: AsyncJobContext) -> None:
+    rng = draw(ctx)
+    await work_async(ctx, rng)
+    await ctx.db.execute(SINK, (ctx.run_id, ctx.job_name, ctx.slot, ctx.partition, ctx.fence, ctx.attempt))
+    await notify_async(ctx, rng)
+
+
+async def notify_job_async(ctx: AsyncJobContext) -> None:
+    rng = draw(ctx)
+    await work_async(ctx, rng)
+    await notify_async(ctx, rng)
+
+
+if ASYNC:
+    app.job("fault-ledger", **OPTIONS)(ledger_job_async)
+    app.job("fault-notify", **OPTIONS)(notify_job_async)
+else:
+    app.job("fault-ledger", **OPTIONS)(ledger_job)
+    app.job("fault-notify", **OPTIONS)(notify_job)

@@ -109,6 +109,7 @@ class Config:
     quiesce_timeout: float = 120.0
     timeout_rate: float = 0.1
     max_work: float = 1.5
+    async_handlers: bool = False  # --async: scripts/fault_app.py's async def handlers
     log_dir: str | None = None
     log_level: str = "INFO"
 
@@ -134,6 +135,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
                    help="seconds to wait for every slot to settle after the faults")
     p.add_argument("--timeout-rate", type=float, default=0.1, help="share of sends that time out")
     p.add_argument("--max-work", type=float, default=1.5, help="longest usual handler work, seconds")
+    p.add_argument("--async", dest="async_handlers", action="store_true",
+                   help="async def handlers (scripts/fault_app.py: FAULT_ASYNC), on the runners' event loop")
     p.add_argument("--log-dir", help="where the runners' logs go (default: a temporary folder)")
     p.add_argument("--log-level", default="INFO", help="the runners' --log-level")
     a = p.parse_args(argv)
@@ -234,7 +237,8 @@ class Fleet:
         p.generation += 1
         env = {**os.environ, "RUNNER_DATABASE_URL": self.url, "FAULT_SEED": str(self.cfg.seed),
                "FAULT_PARTITIONS": str(self.cfg.partitions), "FAULT_TIMEOUT_RATE": str(self.cfg.timeout_rate),
-               "FAULT_MAX_WORK": str(self.cfg.max_work)}
+               "FAULT_MAX_WORK": str(self.cfg.max_work),
+               "FAULT_ASYNC": "1" if self.cfg.async_handlers else "0"}
         env.pop("RUNNER_CRASH_POINT", None)
         p.crash_point = None
         if p.crash_prone and self.crash_points_enabled:

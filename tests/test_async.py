@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,7 @@ def test_timeout_cancels_the_task_and_the_attempt_ends_timed_out(db_url: str) ->
     assert scalar(db_url, "SELECT count(*) FROM sink") == 0  # ctx.db rolled back
     # the cancelled statement is not still running on the server
     assert scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'"
-                          " AND state = 'active'") == 0
+                          " AND state = 'active' AND datname = current_database()") == 0
     assert_ledger_clean(db_url)
 
 
@@ -225,6 +226,36 @@ def test_sync_and_async_handlers_mix_in_one_worker(db_url: str) -> None:
         eventually(lambda: count(db_url, "job_name = 'sync-one' AND status = 'succeeded'") >= 2
                    and count(db_url, "job_name = 'async-one' AND status = 'succeeded'") >= 2,
                    message="both kinds succeed")
+    assert_ledger_clean(db_url)
+
+
+def test_hundreds_of_async_handlers_run_at_once_on_a_few_threads_and_connections(db_url: str) -> None:
+    """The quality bar in small (scripts/bench/async_sleepers.py measures 1,000): 300 async
+    handlers sleeping at once in one process add no thread and no connection per handler."""
+    n = 300
+    app = Runner()
+    state = {"running": 0, "peak": 0, "threads": 0}
+    threads_before = threading.active_count()
+
+    @app.job("sleepers", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1),
+             partitions=[f"p{i}" for i in range(n)], misfire="replay")
+    async def sleeper(ctx: AsyncJobContext) -> None:
+        state["running"] += 1  # one event loop: no lock needed
+        state["peak"] = max(state["peak"], state["running"])
+        state["threads"] = max(state["threads"], threading.active_count())
+        try:
+            await asyncio.sleep(2)
+        finally:
+            state["running"] -= 1
+
+    connections = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                   " AND pid <> pg_backend_pid()")
+    with running_worker(app, db_url, workers=2, async_workers=n, max_inflight=n):
+        eventually(lambda: state["peak"] == n, timeout=30, message="all of them running at once")
+        peak_connections = scalar(db_url, connections)
+        eventually(lambda: count(db_url, "status = 'succeeded'") == n, timeout=30, message="all done")
+    assert state["threads"] - threads_before < 20, state  # not one per handler
+    assert peak_connections < 10, peak_connections  # not one per handler
     assert_ledger_clean(db_url)
 
 
@@ -342,8 +373,11 @@ def test_in_process_stop_hands_running_runs_over(db_url: str) -> None:
         started.set()
         await asyncio.sleep(60)
 
-    with app.running(db_url, workers=1, poll_interval=0.05, grace=0.2):
+    with app.running(db_url, workers=1, poll_interval=0.05, grace=1.0):
         eventually(started.is_set, message="the handler started")
+        leaving = time.monotonic()
+    took = time.monotonic() - leaving
+    assert 1.0 <= took < 5.0, took  # the grace, then the hand-over (not the handler's 60 s)
     assert rows(db_url, "SELECT status, trigger FROM runner.job_runs") == [("pending", "recovery")]
     assert rows(db_url, "SELECT status FROM runner.attempts") == [("released",)]
     assert scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 0

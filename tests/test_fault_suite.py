@@ -20,13 +20,15 @@ NAMESPACE = 21077
 
 
 @pytest.mark.slow
-def test_short_fault_tier_keeps_every_guarantee(db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("handlers", ["sync", "async"])
+def test_short_fault_tier_keeps_every_guarantee(db_url: str, tmp_path: Path, handlers: str) -> None:
     """3 runner processes, 30 s of kill -9, SIGSTOP past the lease, connection kills and
-    crash points (no PostgreSQL restart: CI's server is shared), then every invariant."""
+    crash points (no PostgreSQL restart: CI's server is shared), then every invariant; with
+    plain handlers, and with async def ones (scripts/fault_app.py: FAULT_ASYNC)."""
     out = subprocess.run(
         [sys.executable, "scripts/fault_suite.py", "--processes", "3", "--duration", "30",
          "--seed", "7", "--fault-interval", "3", "--crash-rate", "0.05", "--database-url", db_url, "--json",
-         "--log-dir", str(tmp_path / "logs")],
+         "--log-dir", str(tmp_path / "logs"), *(["--async"] if handlers == "async" else [])],
         cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert out.stdout, out.stderr
     result = json.loads(out.stdout)

@@ -163,7 +163,7 @@ def test_timeouts_stop_handlers_without_blocking_the_runner(fault_db: str, tmp_p
                    ("stubborn-timeout", "timed_out", "runner.Timeout")]
     # the stubborn handler's pg_sleep was cancelled: no statement of it is still running
     assert scalar(fault_db, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3600)%%'"
-                            " AND state = 'active'") == 0
+                            " AND state = 'active' AND datname = current_database()") == 0
     assert_ledger_clean(fault_db)
 
 

@@ -43,8 +43,11 @@ def test_each_runner_claims_its_own_share(db_url: str) -> None:
         b = stack.enter_context(running(fanout_app(), db_url, steal_after=60.0))
         eventually(lambda: "fanout" in a._shares and "fanout" in b._shares, message="both see two runners")
         since = scalar(db_url, "SELECT now() + interval '1 second'")
-        eventually(lambda: scalar(db_url, "SELECT count(DISTINCT schedule_slot) FROM runner.job_runs"
-                                          " WHERE schedule_slot > %s AND status = 'succeeded'", (since,)) >= 3,
+        # three whole slots: counting slots with any success let a slot still finishing at
+        # shutdown count as one (112 of 120 runs seen once on a loaded machine)
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM (SELECT schedule_slot FROM runner.job_runs"
+                                          " WHERE schedule_slot > %s AND status = 'succeeded'"
+                                          " GROUP BY 1 HAVING count(*) = %s) s", (since, len(PARTITIONS))) >= 3,
                    message="three slots after both shared out")
         instances = sorted([a.owner.instance, b.owner.instance])
         assert (a._shares["fanout"], b._shares["fanout"]) == (

@@ -270,3 +270,67 @@ def test_timeout_counts_from_the_handler_start_not_the_claim(db_url: str) -> Non
     # all three were claimed together, so the last one waited well over a second for its thread
     assert max(t for *_, t in got) - min(t for *_, t in got) < timedelta(seconds=0.5)
     assert_ledger_clean(db_url)
+
+
+def test_two_attempts_of_one_run_in_one_process_each_end_as_their_own(db_url: str) -> None:
+    """A runner whose lock session was cut while a handler ran loses that run (another owner
+    took it) and, once that owner is gone too, takes it over itself: the process then runs two
+    attempts of the same run. The older one ending must not end the newer one (whose outcome
+    was once discarded, its run left running and its lock held)."""
+    import threading
+    from uuid import uuid4
+
+    app = Runner()
+    release = {1: threading.Event(), 3: threading.Event()}
+    entered: dict[int, int] = {}
+
+    @app.job("twice", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    def handler(ctx: JobContext) -> None:
+        entered[ctx.attempt] = ctx.fence
+        release[ctx.attempt].wait(60)
+
+    from tests.conftest import url_for
+
+    dbname = scalar(db_url, "SELECT current_database()")
+    admin = psycopg.connect(url_for("postgres"), autocommit=True)
+    allow = f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS '
+    try:
+        with running(app, db_url) as worker:
+            eventually(lambda: 1 in entered, message="attempt 1 running")
+            run_id = scalar(db_url, "SELECT id FROM runner.job_runs")
+            ns = worker.owner.namespace
+            other = psycopg.connect(db_url, autocommit=True)
+            try:
+                # no new sessions for a moment: the worker cannot re-lock before the other owner
+                admin.execute(allow + "false")
+                other.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname ="
+                              " current_database() AND pid <> pg_backend_pid()")
+                eventually(lambda: other.execute("SELECT pg_try_advisory_lock(runner.lock_key_v1(%s, %s))",
+                                                 (ns, run_id)).fetchone()[0], message="the run's key")
+                other.execute("SELECT * FROM runner.start_attempts_v1(ARRAY[%s]::bigint[],"
+                              " ARRAY[1]::bigint[], true, 'elsewhere', 1, %s, %s)", (run_id, uuid4(), ns))
+                admin.execute(allow + "true")
+                eventually(worker._session_alive, timeout=20, message="the worker reconnected")
+                eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE"
+                                                  " application_name = 'runner' AND datname = %s",
+                                          (dbname,)) >= 1, timeout=20, message="a new lock session")
+            finally:
+                admin.execute(allow + "true")
+                other.close()  # the other owner is gone: its lock with it
+            eventually(lambda: 3 in entered, timeout=20, message="the worker took its run over again")
+            release[1].set()  # the older attempt ends first ...
+            # its late outcome refused by the fence (the attempt closes stale)
+            eventually(lambda: scalar(db_url, "SELECT status FROM runner.attempts WHERE fence = 1") == "stale")
+            release[3].set()  # ... then the newer one, which must be recorded
+            eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs") == "succeeded",
+                       timeout=20, message="the newer attempt's success recorded")
+    finally:
+        for event in release.values():
+            event.set()
+        admin.execute(allow + "true")
+        admin.close()
+    assert rows(db_url, "SELECT attempt, fence, status, trigger FROM runner.attempts ORDER BY fence") == [
+        (1, 1, "stale", "catch_up"), (2, 2, "abandoned", "recovery"), (3, 3, "succeeded", "recovery")]
+    assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database ="
+                          " (SELECT oid FROM pg_database WHERE datname = current_database())") == 0
+    assert_ledger_clean(db_url)
