@@ -116,4 +116,4 @@ app.job("m-static", every=_jobs["m-static"]["every"], partitions=_jobs["m-static
 app.job("m-dynamic", every=_jobs["m-dynamic"]["every"], partitions=dynamic_partitions,
         misfire=_jobs["m-dynamic"]["misfire"], **COMMON)(functools.partial(work, "m-dynamic"))
 app.job("m-single", every=_jobs["m-single"]["every"], overlap=_jobs["m-single"]["overlap"],
-        misfire=_jobs["m-single"]["misfire"], **COMMON)(functools.partial(work, "m-single"))
+        misfire=_jobs["m-single"]["misfire"], timeout="3s", **COMMON)(functools.partial(work, "m-single"))
