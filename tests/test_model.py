@@ -59,7 +59,8 @@ JOBS = ("m-static", "m-dynamic", "m-single")
 MODES = ("ok", "raise", "permanent", "slow")
 EVERY = ("1s", "2s", "3s")
 STATIC_PARTITIONS = (["a", "b"], ["a", "b", "c"], ["b"], ["c", "d"])
-DYNAMIC_PARTITIONS = (["t1", "t2"], ["t1", "t2", "t3"], ["t3"], ["t2", "t4", "t5"])
+DYNAMIC_PARTITIONS: tuple[list[str] | str, ...] = (
+    ["t1", "t2"], ["t1", "t2", "t3"], ["t3"], ["t2", "t4", "t5"], [], "raise")
 MISFIRE = ("coalesce", "skip", "replay", "manual")
 RUNNER_ARGS = ("--poll-interval", "0.2", "--grace", "1")
 SETTLED = ("succeeded", "skipped", "coalesced", "dead", "awaiting_approval", "cancelled")
@@ -240,6 +241,9 @@ class LoopModel(RuleBasedStateMachine):
         self.pauses: list[tuple[str, datetime, datetime | None]] = []
         self.failed = False
         self.runners = Runners(self.url, self.dir, self.control_path)
+        self.history: dict[str, list[tuple[int, list[str] | None]]] = {
+            job: [(_every_seconds(cfg["every"]), cfg.get("partitions"))]
+            for job, cfg in self.control["jobs"].items()}
 
     @initialize(count=st.integers(1, 2), overlap=st.sampled_from(["skip", "wait", "allow"]),
                 workers=st.sampled_from(["4", "1"]))
@@ -276,6 +280,15 @@ class LoopModel(RuleBasedStateMachine):
             self.runners.stop(i)
         for i in live:
             self.runners.start(i)
+        self._applied()
+
+    def _applied(self) -> None:
+        """The schedules now in force, as the model expects runner.job_schedules to say."""
+        for job in JOBS:
+            cfg = self.control["jobs"][job]
+            seen = (_every_seconds(cfg["every"]), cfg.get("partitions"))
+            if self.history[job][-1] != seen:
+                self.history[job].append(seen)
 
     def _fail(self, title: str, detail: str) -> None:
         self.failed = True
@@ -423,6 +436,7 @@ class LoopModel(RuleBasedStateMachine):
         time.sleep(seconds)  # the downtime itself
         for i in live or [0]:
             self.runners.start(i)
+        self._applied()
 
     @rule(action=st.sampled_from(["approve", "skip"]), job=st.sampled_from(JOBS))
     def decide_held_runs(self, action: str, job: str) -> None:
@@ -450,7 +464,7 @@ class LoopModel(RuleBasedStateMachine):
             self._fail("runner rerun failed", done.stdout + done.stderr)
 
     @rule(partitions=st.sampled_from(DYNAMIC_PARTITIONS))
-    def change_dynamic_partitions(self, partitions: list[str]) -> None:
+    def change_dynamic_partitions(self, partitions: list[str] | str) -> None:
         self._note(f"dynamic partitions of m-dynamic: {partitions} (live)")
         self.control["dynamic_partitions"] = partitions
         self._write_control()
@@ -556,6 +570,9 @@ class LoopModel(RuleBasedStateMachine):
             track_from = scalar(self.url, "SELECT track_from FROM runner.jobs WHERE job_name = %s", (job,))
             history = rows(self.url, "SELECT valid_from, every_interval, partitions, dynamic_partitions"
                                      " FROM runner.job_schedules WHERE job_name = %s ORDER BY valid_from", (job,))
+            recorded = [(int(h[1].total_seconds()), h[2]) for h in history]
+            if recorded != self.history[job]:
+                problems.append(f"{job}: schedule history {recorded}, the model applied {self.history[job]}")
             for k, (valid_from, every, partitions, dynamic) in enumerate(history):
                 lo = max(valid_from, track_from) if k else track_from
                 hi = history[k + 1][0] if k + 1 < len(history) else as_of + timedelta(microseconds=1)
@@ -597,7 +614,7 @@ def _profile() -> settings:
     if TIER == "long":
         return settings(max_examples=int(os.environ.get("RUNNER_MODEL_EXAMPLES", "40")),
                         stateful_step_count=int(os.environ.get("RUNNER_MODEL_STEPS", "30")), **common)
-    return settings(max_examples=2, stateful_step_count=12, derandomize=True, **common)
+    return settings(max_examples=4, stateful_step_count=15, derandomize=True, **common)
 
 
 def test_the_loop_against_a_model(postgresql_server: Any, tmp_path: Path,
