@@ -10,8 +10,8 @@ handlers, one-shot crashes that kill the process), and lost lock sessions
 After every step the test waits until the runners have settled (a condition on the ledger:
 every runner up and registered on a live lock session, no running attempt without its lock
 holder), then ``runner check --json`` must report no violation, and the model's own checks
-hold: no attempt recorded succeeded whose handler did not return, no new attempt of a paused
-job. At the end of each example it also checks, from the schedule history the model applied,
+hold: no attempt recorded succeeded whose handler did not return, no handler run twice for
+one attempt (fence) or without an attempt row, no new attempt of a paused job. At the end of each example it also checks, from the schedule history the model applied,
 that every expected slot x partition is accounted for (succeeded, skipped, coalesced, dead,
 awaiting_approval or cancelled) or listed in ``runner.missing_slots``, and that no run exists
 for a slot the schedule history does not expect.
@@ -41,6 +41,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -58,9 +59,10 @@ JOBS = ("m-static", "m-dynamic", "m-single")
 MODES = ("ok", "raise", "permanent", "slow")
 EVERY = ("1s", "2s", "3s")
 STATIC_PARTITIONS = (["a", "b"], ["a", "b", "c"], ["b"], ["c", "d"])
-DYNAMIC_PARTITIONS = (["t1", "t2"], ["t1", "t2", "t3"], ["t3"], ["t2", "t4", "t5"])
+DYNAMIC_PARTITIONS: tuple[list[str] | str, ...] = (
+    ["t1", "t2"], ["t1", "t2", "t3"], ["t3"], ["t2", "t4", "t5"], [], "raise")
 MISFIRE = ("coalesce", "skip", "replay", "manual")
-RUNNER_ARGS = ("--poll-interval", "0.2", "--grace", "1", "--workers", "4")
+RUNNER_ARGS = ("--poll-interval", "0.2", "--grace", "1")
 SETTLED = ("succeeded", "skipped", "coalesced", "dead", "awaiting_approval", "cancelled")
 
 TIER = os.environ.get("RUNNER_MODEL_TIER", "ci")
@@ -96,6 +98,16 @@ WHERE a.status = 'succeeded'
                     AND e.partition_key = r.partition_key AND e.fence = a.fence
                     AND e.phase = 'returned')"""
 
+EXECUTIONS_WITHOUT_ATTEMPT = """
+SELECT e.job_name, e.schedule_slot, e.partition_key, e.fence, count(*) AS began
+FROM model.executions e
+WHERE e.phase = 'began'
+GROUP BY e.job_name, e.schedule_slot, e.partition_key, e.fence
+HAVING count(*) > 1
+    OR NOT EXISTS (SELECT 1 FROM runner.job_runs r JOIN runner.attempts a ON a.run_id = r.id
+                   WHERE r.job_name = e.job_name AND r.schedule_slot = e.schedule_slot
+                     AND r.partition_key = e.partition_key AND a.fence = e.fence)"""
+
 STARTED_WHILE_PAUSED = """
 SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, a.fence, a.trigger, a.started_at
 FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id
@@ -122,11 +134,12 @@ class Runners:
         self.exits: list[tuple[int, int, str]] = []  # (slot, code, log) of unexpected exits
         self.crash_exits = 0
         self.frozen = False
+        self.args: tuple[str, ...] = RUNNER_ARGS
 
     def start(self, i: int) -> None:
         assert self.procs[i] is None
         n = next(self.starts)
-        self.procs[i] = RunnerProcess(APP, self.url, *RUNNER_ARGS, env=self.env,
+        self.procs[i] = RunnerProcess(APP, self.url, *self.args, env=self.env,
                                       log=self.dir / f"runner-{i}-{n}.log")
 
     def live(self) -> list[int]:
@@ -228,8 +241,21 @@ class LoopModel(RuleBasedStateMachine):
         self.pauses: list[tuple[str, datetime, datetime | None]] = []
         self.failed = False
         self.runners = Runners(self.url, self.dir, self.control_path)
-        self.runners.start(0)
-        self._note("start runner 0")
+        self.history: dict[str, list[tuple[int, list[str] | None]]] = {
+            job: [(_every_seconds(cfg["every"]), cfg.get("partitions"))]
+            for job, cfg in self.control["jobs"].items()}
+
+    @initialize(count=st.integers(1, 2), overlap=st.sampled_from(["skip", "wait", "allow"]),
+                workers=st.sampled_from(["4", "1"]))
+    def first_runners(self, count: int, overlap: str, workers: str) -> None:
+        """One or two runners; with one handler thread each (and two runs in flight at most),
+        a slow handler overloads them (late slots go to the misfire policy)."""
+        self.control["jobs"]["m-single"]["overlap"] = overlap
+        self._write_control()
+        self.runners.args = (*RUNNER_ARGS, "--workers", workers)
+        for i in range(count):
+            self.runners.start(i)
+        self._note(f"start {count} runner(s) of {workers} worker(s); m-single overlap={overlap}")
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -254,6 +280,15 @@ class LoopModel(RuleBasedStateMachine):
             self.runners.stop(i)
         for i in live:
             self.runners.start(i)
+        self._applied()
+
+    def _applied(self) -> None:
+        """The schedules now in force, as the model expects runner.job_schedules to say."""
+        for job in JOBS:
+            cfg = self.control["jobs"][job]
+            seen = (_every_seconds(cfg["every"]), cfg.get("partitions"))
+            if self.history[job][-1] != seen:
+                self.history[job].append(seen)
 
     def _fail(self, title: str, detail: str) -> None:
         self.failed = True
@@ -326,6 +361,19 @@ class LoopModel(RuleBasedStateMachine):
                 finally:
                     conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(name))
 
+    @precondition(lambda self: len(self.runners.live()) == 2)
+    @rule(i=st.integers(0, 1), seconds=st.sampled_from([2.0, 5.0]))
+    def freeze_one(self, i: int, seconds: float) -> None:
+        """One runner hangs (SIGSTOP) while the other lives: past the lease (3 s), the other
+        ends its lock session and takes its runs over; then it wakes up."""
+        self._note(f"freeze runner {i} for {seconds}s")
+        pid = self.runners.pid(i)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)  # the hang itself
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
     @precondition(lambda self: self.runners.live())
     @rule(i=st.integers(0, 1))
     def lose_session(self, i: int) -> None:
@@ -371,8 +419,52 @@ class LoopModel(RuleBasedStateMachine):
         self._write_control()
         self._restart_all()
 
+    @rule(job=st.sampled_from(JOBS), every=st.sampled_from(EVERY),
+          partitions=st.sampled_from(STATIC_PARTITIONS), seconds=st.sampled_from([3.0, 6.0]))
+    def redeploy_after_downtime(self, job: str, every: str, partitions: list[str], seconds: float) -> None:
+        """Every runner stopped; the schedule changes while they are down; they start again
+        (the downtime's late slots: before the change, the old schedule's)."""
+        self._note(f"redeploy after {seconds}s down: {job} every {every}"
+                   + (f", partitions {partitions}" if job == "m-static" else ""))
+        live = self.runners.live()
+        for i in live:
+            self.runners.stop(i)
+        self.control["jobs"][job]["every"] = every
+        if job == "m-static":
+            self.control["jobs"][job]["partitions"] = partitions
+        self._write_control()
+        time.sleep(seconds)  # the downtime itself
+        for i in live or [0]:
+            self.runners.start(i)
+        self._applied()
+
+    @rule(action=st.sampled_from(["approve", "skip"]), job=st.sampled_from(JOBS))
+    def decide_held_runs(self, action: str, job: str) -> None:
+        """An operator approves, or skips, every run of a job awaiting approval."""
+        done = run_cli(action, job, "--from", "2000-01-01T00:00:00+00:00", "--to", "2100-01-01T00:00:00+00:00",
+                       "--reason", f"model {action}", "--yes", url=self.url)
+        self._note(f"{action} the held runs of {job}: exit {done.returncode} {done.stdout.strip()[-80:]}"
+                   f"{done.stderr.strip()[-120:]}")
+        if done.returncode not in (0, 1) or (done.returncode == 1 and len(done.stderr.strip().splitlines()) != 1):
+            self._fail(f"runner {action} failed", done.stdout + done.stderr)
+
+    @rule(pick=st.integers(0, 10**6), force=st.booleans())
+    def rerun(self, pick: int, force: bool) -> None:
+        """An operator reruns one run (with --force: even one that succeeded)."""
+        total = scalar(self.url, "SELECT count(*) FROM runner.job_runs")
+        if not total:
+            return
+        job, slot, key = rows(self.url, "SELECT job_name, schedule_slot, partition_key FROM runner.job_runs"
+                                        " ORDER BY id OFFSET %s LIMIT 1", (pick % total,))[0]
+        args = ["rerun", job, "--slot", slot.isoformat(), "--partition", key, "--reason", "model rerun", "--yes"]
+        done = run_cli(*args, *(["--force"] if force else []), url=self.url)
+        self._note(f"rerun {job} {slot.astimezone(UTC):%H:%M:%S} {key!r}{' --force' if force else ''}:"
+                   f" exit {done.returncode} {done.stderr.strip()[-120:]}")
+        if done.returncode not in (0, 1) or (done.returncode == 1 and len(done.stderr.strip().splitlines()) != 1):
+            self._fail("runner rerun failed", done.stdout + done.stderr)
+
     @rule(partitions=st.sampled_from(DYNAMIC_PARTITIONS))
-    def change_dynamic_partitions(self, partitions: list[str]) -> None:
+    def change_dynamic_partitions(self, partitions: list[str] | str) -> None:
         self._note(f"dynamic partitions of m-dynamic: {partitions} (live)")
         self.control["dynamic_partitions"] = partitions
         self._write_control()
@@ -402,6 +494,9 @@ class LoopModel(RuleBasedStateMachine):
         except AssertionError as exc:
             orphans = rows(self.url, ORPHANS + " LIMIT 10")
             self._fail("the runners did not settle within 60 s", f"{exc}; orphaned attempts {orphans}")
+        self._audit()
+
+    def _audit(self) -> None:
         if self.runners.exits:
             i, code, out = self.runners.exits[0]
             self._fail(f"runner {i} exited with code {code}", out)
@@ -417,6 +512,9 @@ class LoopModel(RuleBasedStateMachine):
         unreturned = rows(self.url, SUCCESS_WITHOUT_RETURN)
         if unreturned:
             self._fail("an attempt recorded succeeded whose handler never returned", repr(unreturned))
+        doubled = rows(self.url, EXECUTIONS_WITHOUT_ATTEMPT)
+        if doubled:
+            self._fail("a handler ran twice for one attempt, or without an attempt row", repr(doubled))
         for job, since in self.paused.items():
             started = rows(self.url, STARTED_WHILE_PAUSED, (job, since, None, None))
             if started:
@@ -444,10 +542,18 @@ class LoopModel(RuleBasedStateMachine):
         """Every expected slot x partition, expanded here from the schedule history, is
         accounted for or listed by the gap scan; no run is of a slot the history does not
         expect; the history is the sequence of schedules the model applied."""
+        for behaviour in self.control["behaviour"].values():
+            behaviour.update({"mode": "ok", "crashes": 0})
+        self._write_control()
+        self._note("final: every handler ok")
+        self.ledger_is_sound()
         for i in self.runners.live():
             self.runners.stop(i)
         self._note("final: every runner stopped")
-        self.ledger_is_sound()
+        orphans = rows(self.url, ORPHANS)
+        if orphans:  # a stopping runner releases what still runs
+            self._fail("attempts left running by runners that stopped", repr(orphans))
+        self._audit()
         as_of = self._db_now()
         listed = {(r[0], r[1], r[2]) for r in rows(
             self.url, "SELECT job_name, schedule_slot, partition_key FROM runner.missing_slots_v1(%s)",
@@ -464,6 +570,9 @@ class LoopModel(RuleBasedStateMachine):
             track_from = scalar(self.url, "SELECT track_from FROM runner.jobs WHERE job_name = %s", (job,))
             history = rows(self.url, "SELECT valid_from, every_interval, partitions, dynamic_partitions"
                                      " FROM runner.job_schedules WHERE job_name = %s ORDER BY valid_from", (job,))
+            recorded = [(int(h[1].total_seconds()), h[2]) for h in history]
+            if recorded != self.history[job]:
+                problems.append(f"{job}: schedule history {recorded}, the model applied {self.history[job]}")
             for k, (valid_from, every, partitions, dynamic) in enumerate(history):
                 lo = max(valid_from, track_from) if k else track_from
                 hi = history[k + 1][0] if k + 1 < len(history) else as_of + timedelta(microseconds=1)
@@ -505,7 +614,7 @@ def _profile() -> settings:
     if TIER == "long":
         return settings(max_examples=int(os.environ.get("RUNNER_MODEL_EXAMPLES", "40")),
                         stateful_step_count=int(os.environ.get("RUNNER_MODEL_STEPS", "30")), **common)
-    return settings(max_examples=2, stateful_step_count=12, derandomize=True, **common)
+    return settings(max_examples=4, stateful_step_count=15, derandomize=True, **common)
 
 
 def test_the_loop_against_a_model(postgresql_server: Any, tmp_path: Path,

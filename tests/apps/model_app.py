@@ -5,7 +5,7 @@ processes. One app file serves every step: it reads a small JSON control file
 * when the process starts (so a restart applies it): each job's schedule (``every``), its
   static partitions and its misfire policy;
 * live, at every call: the dynamic job's partition list (``partitions=`` is a callable of the
-  slot), and each job's handler behaviour (``ok``, ``raise``, ``permanent``, ``slow`` with
+  slot; ``"raise"`` makes it fail), and each job's handler behaviour (``ok``, ``raise``, ``permanent``, ``slow`` with
   its seconds), plus a number of one-shot crashes (``os._exit``: the handler kills its process,
   its other runs with it) taken by whichever handler of that job comes first.
 
@@ -99,7 +99,10 @@ def work(job: str, ctx: JobContext) -> None:
 
 
 def dynamic_partitions(slot: datetime) -> list[str]:
-    keys: list[str] = control()["dynamic_partitions"]
+    keys: list[str] | str = control()["dynamic_partitions"]
+    if keys == "raise":  # the user's callable fails: that slot fails, never the loop
+        raise RuntimeError("model: the partitions callable failed")
+    assert isinstance(keys, list)
     return keys
 
 
@@ -116,4 +119,4 @@ app.job("m-static", every=_jobs["m-static"]["every"], partitions=_jobs["m-static
 app.job("m-dynamic", every=_jobs["m-dynamic"]["every"], partitions=dynamic_partitions,
         misfire=_jobs["m-dynamic"]["misfire"], **COMMON)(functools.partial(work, "m-dynamic"))
 app.job("m-single", every=_jobs["m-single"]["every"], overlap=_jobs["m-single"]["overlap"],
-        misfire=_jobs["m-single"]["misfire"], **COMMON)(functools.partial(work, "m-single"))
+        misfire=_jobs["m-single"]["misfire"], timeout="3s", **COMMON)(functools.partial(work, "m-single"))
