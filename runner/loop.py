@@ -15,8 +15,11 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   (one ``finish_attempts`` statement for many runs) and then releases their locks.
 
 A background thread advances the gap scan's watermarks every minute on one more connection
-(runner/gapscan.py). So a process holds at most ``workers + max(2, workers // 4) + 3``
-connections, however many runs it executes.
+(runner/gapscan.py), and another prunes old runs by the retention policy on one more
+(runner/retention.py). So a process holds at most ``workers + max(2, workers // 4) + 4``
+connections, however many runs it executes. A job an operator retired starts nothing after
+its retirement instant: the claim statements skip its later slots, retries and reruns (read
+at every claim, so a live runner stops within a poll interval).
 
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
@@ -72,8 +75,8 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, gapscan, ledger, misfire, takeover
-from runner.app import JobDef, Runner
+from runner import __version__, backfill, gapscan, ledger, misfire, retention, takeover
+from runner.app import JobDef, Retention, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
@@ -102,6 +105,9 @@ class LoopConfig:
     steal_after: float = 0.5  # seconds before other runners' unclaimed shares of a slot are claimed
     max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
+    retention_default: Retention | None = None  # jobs without retention=; None: never pruned
+    prune_interval: float = 60.0  # seconds between passes of the retention duty
+    prune_batch: int = 1000  # runs pruned per pass at most
 
     @property
     def inflight_cap(self) -> int:
@@ -237,7 +243,8 @@ class Worker:
     def start(self) -> None:
         """Connect, register this process, sync job definitions, and set up the schedule."""
         self._lock_conn = connect(self.url)
-        tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()))
+        tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()),
+                                   retention_default=self.config.retention_default)
         ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.jobs))
         self._refresh_shares()
         self._measure_offset()
@@ -256,6 +263,9 @@ class Worker:
         threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
                          args=(lambda: connect(self.url), self._stop,
                                self.config.watermark_interval)).start()
+        threading.Thread(target=retention.prune_forever, name="runner-retention", daemon=True,
+                         args=(lambda: connect(self.url), self._stop, self.owner.namespace,
+                               self.config.prune_interval, self.config.prune_batch)).start()
         now = self.now()
         for job in self.jobs.values():
             # on-time slots from now on (within the job's tracked range); whatever was missed
