@@ -3,8 +3,9 @@
 The runner's history lives in its own schema and version table (runner.alembic_version), so
 it sits beside an application's own alembic history. The URL comes from, in order: the
 config's sqlalchemy.url (set by `runner db ...`), `-x url=...`, RUNNER_DATABASE_URL,
-DATABASE_URL. Offline mode (`runner db sql`, `alembic upgrade head --sql`) prints the SQL
-for a DBA to review.
+DATABASE_URL. Online, it first takes the session-level advisory lock (RUNNER_LOCK_NAMESPACE,
+-2) and holds it until done, so two deploys never migrate at once. Offline mode (`runner db
+sql`, `alembic upgrade head --sql`) prints the SQL for a DBA to review.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from alembic import context
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from runner.settings import sqlalchemy_url
+from runner.migrate import MIGRATE_LOCK_KEY
+from runner.settings import lock_namespace, sqlalchemy_url
 
 SCHEMA = "runner"
 VERSION_TABLE = "alembic_version"
@@ -52,6 +54,12 @@ def run_online() -> None:
     engine = create_engine(_url(), poolclass=NullPool)
     try:
         with engine.connect() as connection:
+            # one deploy migrates at a time: the others wait here for this session lock
+            # (namespace, -2) (runner/migrate.py: MIGRATE_LOCK_KEY), then find the schema at
+            # head and have nothing to do. Held until this session ends.
+            connection.execute(text("SELECT pg_advisory_lock(:namespace, :key)"),
+                               {"namespace": lock_namespace(), "key": MIGRATE_LOCK_KEY})
+            connection.commit()
             # the version table lives in the runner schema, which must exist first
             connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
             connection.commit()

@@ -51,6 +51,50 @@ class Backoff:
         return timedelta(seconds=max(capped * (1.0 + spread), 0.0))
 
 
+MIN_RETENTION = timedelta(hours=1)  # runner.prune_v1 keeps every run at least this long
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a job's runs are kept before retention (runner.prune_v1) deletes them:
+    ``succeeded`` for runs that succeeded, were skipped or coalesced; ``failed`` (longer) for
+    cancelled runs, runs that were retried or failed on the way, and runs an operator touched.
+    Runs that do not account for their slot (failed, dead, awaiting approval, pending,
+    running) are never pruned: the gap scan lists them."""
+
+    succeeded: timedelta
+    failed: timedelta
+
+    def as_options(self) -> dict[str, float]:
+        return {"succeeded_seconds": self.succeeded.total_seconds(),
+                "failed_seconds": self.failed.total_seconds()}
+
+
+def parse_retention(value: object, *, field_name: str = "retention") -> Retention:
+    """``"30d"`` (succeeded runs 30 days, the others 6 x that), or ``{"succeeded": "30d",
+    "failed": "180d"}`` (``failed`` optional: 6 x ``succeeded``). Each at least 1 hour, and
+    ``failed`` at least ``succeeded``. Raises ScheduleError (with ``field``) when invalid."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"succeeded", "failed"}
+        if unknown or "succeeded" not in value:
+            raise ScheduleError(field_name, 'give "30d" or {"succeeded": "30d", "failed": "180d"}'
+                                f"; got keys {sorted(map(str, value))}")
+        succeeded = parse_interval(value["succeeded"], field=field_name)
+        failed = (parse_interval(value["failed"], field=field_name) if value.get("failed") is not None
+                  else succeeded * 6)
+    elif isinstance(value, str | int | float | timedelta) and not isinstance(value, bool):
+        succeeded = parse_interval(value, field=field_name)
+        failed = succeeded * 6
+    else:
+        raise ScheduleError(field_name, 'give "30d" or {"succeeded": "30d", "failed": "180d"}, '
+                            f"got {value!r}")
+    if succeeded < MIN_RETENTION or failed < MIN_RETENTION:
+        raise ScheduleError(field_name, "runs are kept at least 1 hour")
+    if failed < succeeded:
+        raise ScheduleError(field_name, "failed runs must be kept at least as long as succeeded ones")
+    return Retention(succeeded=succeeded, failed=failed)
+
+
 @dataclass(frozen=True)
 class JobDef:
     name: str
@@ -74,6 +118,7 @@ class JobDef:
     overlap: str = "allow"
     verify: VerifyFn | str | None = None  # a results check: callable or SQL (runner/backfill.py)
     window: timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None
+    retention: Retention | None = None  # None: the runner's --retention-default, else never pruned
     options: dict[str, Any] = field(default_factory=dict)
     is_async: bool = False  # an async def handler: awaited on the runner's event loop
 
@@ -221,6 +266,7 @@ class Runner:
         overlap: str = "allow",
         verify: VerifyFn | str | None = None,
         window: str | int | float | timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None,
+        retention: str | int | float | timedelta | dict[str, Any] | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of job ``name``."""
         job = self._define(
@@ -246,6 +292,7 @@ class Runner:
             overlap=overlap,
             verify=verify,
             window=window,
+            retention=retention,
         )
 
         def register(handler: Handler) -> Handler:
@@ -327,8 +374,15 @@ class Runner:
         if verify is not None and not (isinstance(verify, str) or callable(verify)):
             raise JobDefinitionError(job, "verify", "give a callable (conn, window_start, window_end, "
                                                     "partition) or a SQL string")
+        retention = None
+        if kw["retention"] is not None:
+            try:
+                retention = parse_retention(kw["retention"])
+            except ScheduleError as exc:
+                raise JobDefinitionError(job, "retention", str(exc)) from None
         return JobDef(
             name=job,
+            retention=retention,
             verify=verify,
             window=window,
             overlap=kw["overlap"],

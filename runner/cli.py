@@ -26,7 +26,7 @@ from typer.core import TyperGroup
 
 from runner import approvals, audit, backfill, ledger, migrate, operate
 from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
-from runner.errors import JobDefinitionError
+from runner.errors import JobDefinitionError, JobRetired
 from runner.loader import load_app
 from runner.printable import printable
 from runner.settings import (
@@ -130,7 +130,7 @@ def _errors() -> Iterator[None]:
     """Turn expected failures into one clear line and exit code 1."""
     try:
         yield
-    except (ConfigError, JobDefinitionError, operate.OperatorError) as exc:
+    except (ConfigError, JobDefinitionError, JobRetired, operate.OperatorError) as exc:
         fail(str(exc))
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -276,6 +276,11 @@ def start(
         help="the address the metrics endpoint listens on; it has no authentication, so the "
              "default is this machine only (0.0.0.0 or :: for every address)")] = "127.0.0.1",
     prometheus_url: PrometheusOpt = None,
+    retention_default: Annotated[str | None, typer.Option(
+        help='how long runs of jobs without retention= are kept: "30d" or '
+             '\'{"succeeded": "30d", "failed": "180d"}\' (default: forever)')] = None,
+    prune_interval: Annotated[float, typer.Option(
+        min=0.05, help="seconds between passes of the retention duty")] = 60.0,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter, TextFormatter, event
@@ -322,8 +327,12 @@ def start(
         conn.close()
         if warning is not None:
             event(logging.getLogger("runner"), "privileged_login", logging.WARNING, detail=warning)
+        keep = None
+        if retention_default is not None:
+            keep = _retention_option(retention_default)
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
-                            grace=grace, prometheus_url=prometheus_url, async_workers=async_workers)
+                            grace=grace, prometheus_url=prometheus_url, async_workers=async_workers,
+                            retention_default=keep, prune_interval=prune_interval)
         metrics = Metrics()
         if metrics_port is not None:
             try:
@@ -543,7 +552,7 @@ def status(
     rows = [{
         "job": r["job_name"],
         "owner": r.get("owner"),
-        "paused": "paused" if r.get("paused") else "",
+        "paused": "retired" if r.get("retired_at") else "paused" if r.get("paused") else "",
         "last success": r.get("last_success_at"),
         "its slot": r.get("last_success_slot"),
         "business date": r.get("last_success_business_date"),
@@ -676,6 +685,121 @@ def resume(
 ) -> None:
     """Let a paused job start new runs again; audited."""
     _pause_or_resume(job, False, reason, by, yes, as_json, database_url)
+
+
+def _retention_option(value: str) -> Any:
+    from runner.app import parse_retention
+    from runner.schedule import ScheduleError
+
+    text = value.strip()
+    try:
+        parsed: Any = json.loads(text) if text.startswith("{") else text
+        return parse_retention(parsed, field_name="--retention-default")
+    except json.JSONDecodeError as exc:
+        fail(f"--retention-default: not valid JSON: {exc.msg}", 2)
+    except ScheduleError as exc:
+        fail(f"--retention-default: {exc.message}", 2)
+
+
+def _retire_or_unretire(job: str, retire: bool, reason: str, by: str | None, yes: bool, as_json: bool,
+                        database_url: str | None) -> None:
+    why = _reason(reason)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        plan = operate.plan_retire(conn, job, retire)
+        done = None
+        if plan.changes:
+            state = plan.job
+            if not as_json:
+                typer.echo(f"job {job!r}: {state['running']} run(s) running, {state['queued']} queued "
+                           f"(pending or waiting for a retry); in the code of {state['live_runners']} "
+                           "live runner(s)")
+                typer.echo(
+                    "will retire it: from now on its slots are not expected (gap scan, alerts, health), "
+                    "no runner starts its later slots, and a runner whose code still defines it refuses "
+                    "to start; running attempts finish; its history stays until retention prunes it"
+                    if retire else
+                    f"will unretire it: its slots are expected again from now on (the slots since "
+                    f"{state['retired_at'].isoformat()} stay not expected), and runners may define it again")
+            _confirm(f"{'Retire' if retire else 'Unretire'} job {job!r}?", yes)
+            done = operate.set_retired(conn, plan, why, by)
+        conn.close()
+    if as_json:
+        _print_value({"job": plan.job, "changed": done is not None,
+                      "request": done["request"] if done else None})
+    elif done is None:
+        typer.echo(f"job {job!r} is already {'retired' if retire else 'not retired'}; nothing written")
+    else:
+        typer.echo(f"job {job!r} {'retired' if retire else 'unretired'}; request {done['request']['id']} "
+                   f"by {done['request']['who']}")
+
+
+@app.command()
+def retire(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    reason: ReasonOpt,
+    by: ByOpt = None,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Retire a job removed from the code: its later slots are not expected; audited."""
+    _retire_or_unretire(job, True, reason, by, yes, as_json, database_url)
+
+
+@app.command()
+def unretire(
+    job: Annotated[str, typer.Argument(help="the job's name")],
+    reason: ReasonOpt,
+    by: ByOpt = None,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    database_url: DbOpt = None,
+) -> None:
+    """Expect a retired job's slots again from now on (runners may define it again); audited."""
+    _retire_or_unretire(job, False, reason, by, yes, as_json, database_url)
+
+
+@app.command()
+def prune(
+    database_url: DbOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would go; delete nothing")] = False,
+    batch: Annotated[int, typer.Option(min=1, max=10000, help="runs per transaction")] = 1000,
+    limit: Annotated[int | None, typer.Option(min=1, help="stop after this many runs")] = None,
+    archive_table: Annotated[str | None, typer.Option(
+        help="copy every pruned run (with attempts and effects, as JSON) into this table first")] = None,
+    archive_file: Annotated[str | None, typer.Option(
+        help="append every pruned run (with attempts and effects) to this file as JSON lines, first")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply the retention policy now (runners also do it in the background)."""
+    from runner import retention
+
+    if archive_table and archive_file:
+        fail("give --archive-table or --archive-file, not both", 2)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        out = retention.open_archive(archive_file) if archive_file else None
+        try:
+            report = retention.prune(conn, lock_namespace(), batch=batch, dry_run=dry_run, limit=limit,
+                                     archive_table=archive_table, archive_file=out)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        finally:
+            if out is not None:
+                out.close()
+        conn.close()
+    if as_json:
+        _print_value({"dry_run": dry_run, "runs": report.runs, "attempts": report.attempts,
+                      "effects": report.effects, "by_job": report.by_job})
+        return
+    verb = "would prune" if dry_run else "pruned"
+    typer.echo(f"{verb} {_plural(report.runs, 'run')} ({_plural(report.attempts, 'attempt')}, "
+               f"{_plural(report.effects, 'effect')})"
+               + (" (a dry run looks at one batch: pass --limit to look further)"
+                  if dry_run and report.runs == min(limit or batch, 10000) else ""))
+    for name, statuses in sorted(report.by_job.items()):
+        typer.echo(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
 
 
 # == backfills and approvals (logic in runner/backfill.py and runner/approvals.py) =========

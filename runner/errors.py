@@ -73,3 +73,8 @@ def _clean(text: str, limit: int) -> str:
     if len(text) > limit:
         text = text[: limit - 20] + f"... [{len(text) - limit + 20} more]"
     return text
+
+
+class JobRetired(Exception):
+    """``runner start`` with a job in its code that an operator retired (runner retire): the
+    runner refuses to start until the job is unretired or removed from the code."""

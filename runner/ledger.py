@@ -18,7 +18,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from runner.app import JobDef
+from runner.app import JobDef, Retention
+from runner.errors import JobRetired
 from runner.sqlfiles import queries
 
 Q = queries("ledger")
@@ -104,11 +105,21 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
 
 
 def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
-              now: datetime | None = None) -> dict[str, datetime]:
+              now: datetime | None = None,
+              retention_default: Retention | None = None) -> dict[str, datetime]:
     """Write the definitions into runner.jobs (and their schedule history), one transaction.
-    Returns each job's tracked-range start (``track_from``)."""
+    Returns each job's tracked-range start (``track_from``). A job of ``jobs`` that an
+    operator retired (runner retire) raises ``JobRetired`` and nothing is written. A job
+    without ``retention=`` gets ``retention_default`` (None: never pruned)."""
     tracked: dict[str, datetime] = {}
     with conn.transaction():
+        retired = conn.execute(Q["retired_jobs"], {"job_names": [j.name for j in jobs]}).fetchall()
+        if retired:  # refused before anything is written (the transaction writes nothing)
+            name, when = retired[0]
+            raise JobRetired(
+                f"job {name!r} was retired at {_utc(when).isoformat()} (runner retire) and is back in "
+                f"the code: remove it, or run `runner unretire {name} --reason ...` first"
+                + (f" (and {len(retired) - 1} more retired job(s))" if len(retired) > 1 else ""))
         for job in sorted(jobs, key=lambda j: j.name):  # a fixed order: no deadlock between syncers
             sched = job.schedule
             options = {
@@ -130,6 +141,9 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
                 "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
                 "stale_after_seconds": job.stale_after.total_seconds() if job.stale_after else None,
             }
+            keep = job.retention or retention_default
+            if keep is not None:  # applied by runner.prune_v1 (sql/functions/prune_v1.sql)
+                options["retention"] = keep.as_options()
             params = {
                 "job_name": job.name,
                 "schedule_kind": sched.kind,

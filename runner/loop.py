@@ -15,9 +15,13 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   (one ``finish_attempts`` statement for many runs) and then releases their locks.
 
 A background thread advances the gap scan's watermarks every minute on one more connection
-(runner/gapscan.py), and another evaluates backfill pause conditions on one more
-(runner/conditions.py: untrusted SQL, never on the lock connection). So a process holds at
-most ``workers + max(2, workers // 4) + 4`` connections, however many runs it executes.
+(runner/gapscan.py), another evaluates backfill pause conditions on one more
+(runner/conditions.py: untrusted SQL, never on the lock connection), and another prunes old
+runs by the retention policy on one more (runner/retention.py). So a process holds at most
+``workers + max(2, workers // 4) + 5`` connections, however many runs it executes. A job an
+operator retired starts nothing after its retirement instant: the claim statements skip its
+later slots, retries and reruns (read at every claim, so a live runner stops within a poll
+interval).
 
 ``async def`` handlers run on one more thread, an asyncio event loop (runner/aio.py), started
 only when the app registers one: at most ``async_workers`` at once (default ``workers``), their
@@ -86,9 +90,9 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, conditions, gapscan, ledger, misfire, takeover
+from runner import __version__, backfill, conditions, gapscan, ledger, misfire, retention, takeover
 from runner.aio import AsyncHandlers
-from runner.app import JobDef, Runner
+from runner.app import JobDef, Retention, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext, RunContext
 from runner.duties import Duties, Duty
@@ -120,6 +124,9 @@ class LoopConfig:
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
     prometheus_url: str | None = None  # where backfill pause conditions' Prometheus queries go
     async_workers: int = 0  # async def handlers running at once (runner/aio.py); 0 means workers
+    retention_default: Retention | None = None  # jobs without retention=; None: never pruned
+    prune_interval: float = 60.0  # seconds between passes of the retention duty
+    prune_batch: int = 1000  # runs pruned per pass at most
 
     @property
     def inflight_cap(self) -> int:
@@ -256,7 +263,8 @@ class Worker:
     def start(self) -> None:
         """Connect, register this process, sync job definitions, and set up the schedule."""
         self._lock_conn = connect(self.url)
-        tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()))
+        tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()),
+                                   retention_default=self.config.retention_default)
         ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.jobs))
         self._refresh_shares()
         self._measure_offset()
@@ -279,6 +287,9 @@ class Worker:
         threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
                          args=(lambda: connect(self.url), self._stop,
                                self.config.watermark_interval)).start()
+        threading.Thread(target=retention.prune_forever, name="runner-retention", daemon=True,
+                         args=(lambda: connect(self.url), self._stop, self.owner.namespace,
+                               self.config.prune_interval, self.config.prune_batch)).start()
         # backfill pause conditions: untrusted SQL, on a thread and connection of their own
         threading.Thread(target=conditions.run_forever, name="runner-conditions", daemon=True,
                          args=(lambda: conditions.connect(self.url), self.owner.namespace,

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0008_audit"
+HEAD = "0009_retention"
+
+# `runner db upgrade` (and `alembic upgrade`, through migrations/env.py) holds the session-level
+# advisory lock (lock namespace, MIGRATE_LOCK_KEY) while it migrates, so that two deploys never
+# migrate at once: the second waits, then finds the schema at head. The number is the one
+# runner.duty_lock_key_v1('migrate') gives (sql/functions/duty_lock_key_v1.sql: the key scheme),
+# held here because the lock is taken before the schema may exist; a test keeps them equal.
+MIGRATE_LOCK_KEY = -2
 
 
 def alembic_config(url: str | None, output: io.StringIO | None = None) -> Config:

@@ -1,5 +1,6 @@
-"""The operator's side: ``runner status``, ``rerun``, ``pause`` and ``resume`` without the
-parsing and printing (that is runner/cli.py), on the named SQL of ``sql/queries/operate.sql``.
+"""The operator's side: ``runner status``, ``rerun``, ``pause``, ``resume``, ``retire`` and
+``unretire`` without the parsing and printing (that is runner/cli.py), on the named SQL of
+``sql/queries/operate.sql``.
 
 Every change an operator makes follows one shape: a *plan* reads what the action would touch
 (shown to the operator, who confirms), then one call of the action's database function
@@ -16,6 +17,9 @@ trigger ``manual``). The run's earlier attempts stop counting against the job's
 ``max_attempts`` (``job_runs.uncounted_attempts = attempt``), so a rerun gets a full budget of
 attempts of its own: a dead run is tried at least once more, and retried as a fresh run would
 be. A running or pending run is refused; a succeeded (or coalesced) one needs ``force``.
+
+Retire and unretire (``runner retire`` / ``unretire``) set ``runner.jobs.retired_at`` and
+the retirement history: see ``set_retired``.
 
 Pause and resume flip ``runner.jobs.paused``. The claim statements skip paused jobs, so no
 new slot, retry or rerun of the job starts anywhere; attempts already running finish. Slots
@@ -243,3 +247,48 @@ def set_paused(conn: psycopg.Connection[Any], plan: PausePlan, reason: str,
             return None
         request = get_request(conn, changed[0]["request_id"])
     return {"request": request, "job": {"job_name": changed[0]["job"], "paused": changed[0]["now_paused"]}}
+
+
+# -- retire and unretire ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetirePlan:
+    job: dict[str, Any]  # job_name, retired_at, paused, owner, running, queued, live_runners
+    retire: bool  # True: retire; False: unretire
+
+    @property
+    def changes(self) -> bool:
+        return (self.job["retired_at"] is None) == self.retire
+
+
+def plan_retire(conn: psycopg.Connection[Any], job_name: str, retire: bool) -> RetirePlan:
+    job = _one(conn, "retire_state", {"job_name": job_name})
+    if job is None:
+        raise OperatorError(
+            f"no job {job_name!r} in the ledger (a job is registered there when a runner that "
+            "defines it starts)")
+    return RetirePlan(job=job, retire=retire)
+
+
+def set_retired(conn: psycopg.Connection[Any], plan: RetirePlan, reason: str,
+                who: str | None = None) -> dict[str, Any] | None:
+    """Retire or unretire the planned job, with its request row, in one transaction
+    (runner.retire_job_v1 / unretire_job_v1). Returns {"request": ..., "job": ...}, or None
+    when the job already was in that state.
+
+    Retired: after the retirement instant the job's slots are not expected (gap scan, alerts,
+    health, the ledger audit), no runner starts its slots, retries or reruns after it, and a
+    runner whose code defines it refuses to start. Unretired: slots from now on are expected
+    again; those between retirement and unretirement never are."""
+    reason = checked_text(reason, "--reason")
+    who = checked_text(who or default_who(), "--by")
+    name = plan.job["job_name"]
+    with conn.transaction():
+        changed = call_action(conn, Q["retire" if plan.retire else "unretire"], {
+            "job_name": name, "who": who, "reason": reason})
+        if not changed:
+            return None
+        request = get_request(conn, changed[0]["request_id"])
+    return {"request": request, "job": {"job_name": changed[0]["job"],
+                                        "retired_at": changed[0]["retired_at"]}}

@@ -25,13 +25,15 @@
 --                    schema owner: runner.start_attempts_v1 (a new attempt, fence + 1),
 --                    runner.finish_attempts_v1 (outcomes), runner.record_replay_plan_v1 (the
 --                    only plan a runner makes) and runner.advance_watermarks_v1 (the gap
---                    scan's watermarks: no direct write to gap_watermarks or gap_holes). No
+--                    scan's watermarks: no direct write to gap_watermarks or gap_holes) and
+--                    runner.prune_v1 (retention by the stored policy, a batch at a time). No
 --                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
 --                    or runner.alembic_version, no UPDATE of a run's status, fence or attempt.
 --   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
 --                    (runner.rerun_v1, set_job_paused_v1, decide_runs_v1, create_backfill_v1,
 --                    pause_backfill_v1, resume_backfill_v1, cancel_backfill_v1,
---                    record_backfill_verify_v1): each checks the transition, writes the
+--                    record_backfill_verify_v1, retire_job_v1, unretire_job_v1; and
+--                    prune_v1, which it shares with the worker): each checks the transition, writes the
 --                    change and its runner.requests row (db_user = the login, not chosen by
 --                    the caller) in one transaction. No INSERT or UPDATE on any table: an
 --                    operator changes the ledger only through them, so only audited.
@@ -50,7 +52,11 @@
 -- pg_terminate_backend, which needs membership in pg_signal_backend (or that every runner
 -- logs in as the same role). That is a cluster-wide power, so this file does not grant it;
 -- to allow it:  GRANT pg_signal_backend TO runner_worker;
--- Retention (deleting old ledger rows) runs as the schema owner, not as these roles.
+-- Retention (deleting old ledger rows, revision 0009) runs as the schema owner inside
+-- runner.prune_v1 (SECURITY DEFINER), which the worker role (the runners' background duty)
+-- and the operator role (`runner prune`) may call: it applies the retention policy stored in
+-- runner.jobs itself, so neither role holds DELETE on any ledger table, and runner.requests
+-- is never pruned.
 -- Run the migrations as a role of their own that owns the runner schema (e.g. runner_owner,
 -- used by CI/CD only), and `runner start` as a member of runner_worker: the schema owner is
 -- exempt from the audit's append-only trigger and runs every SECURITY DEFINER function, and
@@ -133,9 +139,17 @@ BEGIN
           AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'record_replay_plan_v1',
                             'advance_watermarks_v1', 'rerun_v1', 'set_job_paused_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
-                            'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1')
+                            'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
+                            'retire_job_v1', 'unretire_job_v1', 'prune_v1')
         ORDER BY 1
     LOOP
+        -- prune_v1 (retention, revision 0009) to both: the runners' background duty and
+        -- `runner prune`; it applies the stored policy itself, the caller picks only a batch size
+        IF t.proname = 'prune_v1' THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn, worker);
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn, operator);
+            CONTINUE;
+        END IF;
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
                                                'record_replay_plan_v1', 'advance_watermarks_v1')

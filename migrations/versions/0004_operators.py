@@ -15,7 +15,8 @@ branch_labels = None
 depends_on = None
 
 # applied in this order on upgrade; tables first, then functions and views that use them
-UPGRADE = ["revisions/0004_operators.sql", "views/job_health.sql", "views/alerts.sql"]
+# the views as this revision shipped them (0009_retention replaces them from sql/views)
+UPGRADE = ["revisions/0004_operators.sql", "revisions/0004_operators.views.sql"]
 DOWNGRADE = ["revisions/0004_operators.down.sql"]
 
 

@@ -17,8 +17,8 @@ depends_on = None
 # the gap scan and the watermark advance learn the recorded fan-outs (CREATE OR REPLACE)
 UPGRADE = [
     "revisions/0006_edges.sql",
-    "views/missing_slots.sql",
-    "functions/advance_watermarks_v1.sql",
+    # the view and the watermark advance as this revision shipped them (0009 replaces them)
+    "revisions/0006_edges.gapscan.sql",
     # the one way to start an attempt (claim_due_runs, claim_plan_runs, take_over_orphans)
     "functions/start_attempts_v1.sql",
     # re-applied (CREATE OR REPLACE): cron_spec_v1 refuses day-of-week '7/n' as Python does

@@ -17,7 +17,7 @@ depends_on = None
 # applied in this order: the function, then the view that calls it
 UPGRADE = [
     "revisions/0008_audit.sql",
-    "functions/check_v1.sql",
+    "revisions/0008_audit.check.sql",  # check_v1 as shipped (0009 replaces it)
     "views/violations.sql",
 ]
 DOWNGRADE = ["revisions/0008_audit.down.sql"]

@@ -62,22 +62,27 @@ BEGIN
         SELECT j.job_name, j.track_from,
                (SELECT max(s.valid_from) FROM runner.job_schedules s
                 WHERE s.job_name = j.job_name) AS schedule_from,
-               CASE WHEN w.complete_through IS NOT NULL AND w.track_from = j.track_from
-                    THEN least(w.complete_through,
-                               (SELECT min(s.valid_from) FROM runner.job_schedules s
-                                WHERE s.job_name = j.job_name
-                  AND s.valid_from > coalesce(w.schedule_from, timestamptz '-infinity'))
-                               - interval '1 microsecond')
-               END AS wm
+               -- never below what retention pruned (revision 0009): not expanded again
+               greatest(
+                   CASE WHEN w.complete_through IS NOT NULL AND w.track_from = j.track_from
+                        THEN least(w.complete_through,
+                                   (SELECT min(s.valid_from) FROM runner.job_schedules s
+                                    WHERE s.job_name = j.job_name
+                      AND s.valid_from > coalesce(w.schedule_from, timestamptz '-infinity'))
+                                   - interval '1 microsecond')
+                   END,
+                   CASE WHEN w.pruned_through IS NOT NULL THEN least(w.pruned_through, clock) END) AS wm
         FROM runner.jobs j
         JOIN runner.gap_watermarks w ON w.job_name = j.job_name
         WHERE j.job_name = ANY (locked)
     ), segments AS (
         SELECT b.job_name, s.schedule_kind, s.cron, s.every_interval, s.timezone,
                s.partitions, s.dynamic_partitions,
-               greatest(s.lo, b.track_from - interval '1 microsecond', b.wm) AS lo,
-               least(s.hi, clock) AS hi
+               greatest(s.lo, b.track_from - interval '1 microsecond', b.wm, t.lo) AS lo,
+               least(s.hi, clock, t.hi) AS hi
         FROM base b
+        -- slots of retired spans are not expected (runner.tracked_spans_v1, revision 0009)
+        CROSS JOIN LATERAL runner.tracked_spans_v1(b.job_name) AS t
         CROSS JOIN LATERAL (
             SELECT h.*,
                    CASE WHEN lag(h.valid_from) OVER w IS NULL THEN timestamptz '-infinity'

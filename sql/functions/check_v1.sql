@@ -44,7 +44,9 @@
 --                            lowering max_attempts below what older runs used shows them.
 --   unlisted_gap             the gap scan misses something. Either an expected slot x
 --                            partition in the tracked range (slots at or after
---                            greatest(track_from, since), up to as_of) that has no run and
+--                            greatest(track_from, since), up to as_of; above what retention
+--                            pruned, gap_watermarks.pruned_through; outside the spans the job
+--                            was retired, runner.tracked_spans_v1) that has no run and
 --                            is not listed by runner.missing_slots_v1(as_of, NULL, since); or
 --                            a run in that range that does not account for its slot
 --                            (pending, failed, dead, awaiting_approval) and is not listed
@@ -115,17 +117,24 @@ WITH clock AS MATERIALIZED (
 ),
 -- == expected slots, for unlisted_gap =========================================================
 tracked AS MATERIALIZED (
-    SELECT j.job_name, greatest(j.track_from, check_v1.since) AS first_slot
+    -- above what retention pruned (revision 0009): at or below gap_watermarks.pruned_through
+    -- the runs that accounted for their slots may be gone, on purpose
+    SELECT j.job_name,
+           greatest(j.track_from, check_v1.since,
+                    (SELECT w.pruned_through + interval '1 microsecond' FROM runner.gap_watermarks w
+                     WHERE w.job_name = j.job_name)) AS first_slot
     FROM runner.jobs j
 ), segments AS (
     -- each schedule row governs the slots from its valid_from (the first row: from the start
     -- of time) until the next row's valid_from; clipped to [first_slot, as_of]
     SELECT t.job_name, h.schedule_kind, h.cron, h.every_interval, h.timezone, h.partitions,
            h.dynamic_partitions,
-           greatest(h.lo, t.first_slot - interval '1 microsecond') AS lo,
-           least(h.hi, c.now) AS hi
+           greatest(h.lo, t.first_slot - interval '1 microsecond', sp.lo) AS lo,
+           least(h.hi, c.now, sp.hi) AS hi
     FROM tracked t
     CROSS JOIN clock c
+    -- not the slots of a retired span (runner.tracked_spans_v1)
+    CROSS JOIN LATERAL runner.tracked_spans_v1(t.job_name) AS sp
     CROSS JOIN LATERAL (
         SELECT s.*,
                CASE WHEN lag(s.valid_from) OVER w IS NULL THEN timestamptz '-infinity'

@@ -10,3 +10,9 @@ CREATE OR REPLACE FUNCTION runner.lock_key_v1(namespace integer, run_id bigint)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT ((namespace::bigint & 65535) << 48) | (run_id & 281474976710655) $$;
+--
+-- Duties that one process at a time performs across the fleet take a transaction- or
+-- session-level advisory lock in the two-int form (namespace, k): backfill plans use
+-- k = the plan id (positive), the fleet-wide duties a negative k from
+-- runner.duty_lock_key_v1 (sql/functions/duty_lock_key_v1.sql). Two-int keys never collide
+-- with the one-bigint run keys above.

@@ -68,6 +68,12 @@ SELECT s.job_name, max(s.valid_from) FROM runner.job_schedules s
 WHERE s.job_name = ANY(%(job_names)s::text[])
 GROUP BY s.job_name
 
+-- name: retired_jobs
+-- Jobs of the code that an operator retired (runner retire): runner start refuses them.
+SELECT job_name, retired_at FROM runner.jobs
+WHERE retired_at IS NOT NULL AND job_name = ANY(%(job_names)s::text[])
+ORDER BY job_name
+
 -- name: paused_jobs
 SELECT job_name FROM runner.jobs WHERE paused AND job_name = ANY(%(job_names)s::text[])
 
@@ -102,7 +108,9 @@ WITH clock AS (
                                    ORDER BY i.schedule_slot, i.n) AS nth
     FROM input i CROSS JOIN clock c
     WHERE i.schedule_slot <= c.now
-      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name AND j.paused)
+      -- paused jobs, and slots after a job's retirement (runner retire), start nothing
+      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name
+                      AND (j.paused OR i.schedule_slot > j.retired_at))
 ), checked AS (
     -- busy_with: the running run of an earlier slot, or -1 for an earlier slot in this claim
     SELECT i.*,
@@ -172,7 +180,8 @@ WITH due AS MATERIALIZED (
     WHERE r.status IN ('failed', 'pending')
       AND r.next_attempt_at <= coalesce(%(now)s::timestamptz, now())
       AND r.job_name = ANY(%(job_names)s::text[])
-      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name AND j.paused)
+      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name
+                      AND (j.paused OR r.schedule_slot > j.retired_at))
       -- runs of an unfinished backfill plan are the backfill lane's (runner/backfill.py), except
       -- an operator's rerun of one (trigger manual)
       AND (r.replay_group_id IS NULL OR r.trigger = 'manual' OR NOT EXISTS (

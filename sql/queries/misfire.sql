@@ -87,6 +87,9 @@ WITH clock AS (
            i.reason, i.coalesced_into_slot,
            CASE WHEN i.status = 'pending' THEN %(replay_group_id)s::uuid END, c.now
     FROM input i CROSS JOIN clock c
+    -- no decision for slots after the job's retirement (runner retire): not expected
+    WHERE NOT EXISTS (SELECT 1 FROM runner.jobs j
+                      WHERE j.job_name = i.job_name AND i.schedule_slot > j.retired_at)
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
     RETURNING r.status
 )

@@ -6,7 +6,7 @@
 SELECT h.job_name, h.owner, h.paused, h.last_success_at, h.last_success_slot,
        h.last_success_business_date, h.last_success_run_id, h.last_slot, h.last_slot_statuses,
        h.last_processed, h.last_failed, h.succeeded_24h, h.failed_24h, h.dead_24h,
-       h.oldest_unfinished_slot, h.lag
+       h.oldest_unfinished_slot, h.lag, h.retired_at
 FROM runner.job_health h
 WHERE (%(job_name)s::text IS NULL OR h.job_name = %(job_name)s)
 ORDER BY h.job_name
@@ -93,3 +93,27 @@ FROM runner.set_job_paused_v1(%(job_name)s, %(paused)s, %(who)s, %(reason)s) AS 
 SELECT id, action, job_name, who, reason, requested_at, db_user, touched
 FROM runner.requests
 WHERE id = %(request_id)s
+
+-- name: retire_state
+-- What retiring or unretiring a job would touch: its state, its runs in flight and queued,
+-- and whether a live runner (fresh heartbeat) still has it in its code.
+SELECT j.job_name, j.retired_at, j.paused, j.options ->> 'owner' AS owner,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.job_name = j.job_name AND r.status = 'running') AS running,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.job_name = j.job_name AND r.status IN ('pending', 'failed')) AS queued,
+       (SELECT count(*) FROM runner.instances i
+        WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
+          AND i.jobs @> ARRAY[j.job_name]) AS live_runners
+FROM runner.jobs j
+WHERE j.job_name = %(job_name)s
+
+-- name: retire
+-- runner.retire_job_v1 (sql/functions/retire_job_v1.sql); no row when already retired.
+SELECT f.request_id, f.job, f.retired_at
+FROM runner.retire_job_v1(%(job_name)s, %(who)s, %(reason)s) AS f
+
+-- name: unretire
+-- runner.unretire_job_v1; no row when the job is not retired.
+SELECT f.request_id, f.job, f.retired_at
+FROM runner.unretire_job_v1(%(job_name)s, %(who)s, %(reason)s) AS f

@@ -35,6 +35,16 @@
 --              there at that instance's last heartbeat (the rule of
 --              runner.runner_sessions_v1, written out here: this view is older). Runners end
 --              such sessions where their role may (pg_signal_backend); the detail names it
+--   job_not_in_code   a job (not retired) that no live runner defines in its code (the jobs
+--              each runner records in runner.instances.jobs at start) and that none has
+--              defined for longer than the threshold: the setting runner.job_not_in_code_after
+--              (an interval, 24 hours unless set, e.g. ALTER DATABASE app SET
+--              runner.job_not_in_code_after = '6 hours'). Only while some runner is live (a
+--              fleet that is down is not evidence). It is never retired silently: an
+--              operator retires it (runner retire) or puts it back in the code
+--
+-- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
+-- retirement are not expected; their dead runs still alert.
 --
 -- Paused jobs get no stale or late alerts (they are silent on purpose: runner.requests says
 -- who paused them and why); their dead, abandoned and slow runs still alert.
@@ -51,6 +61,8 @@ WITH job AS (
            j.partitions,
            j.track_from,
            j.first_registered_at,
+           j.retired_at,
+           j.synced_at,
            CASE WHEN (j.options ->> 'stale_after_seconds') ~ '^[0-9]+([.][0-9]+)?$'
                 THEN make_interval(secs => (j.options ->> 'stale_after_seconds')::float8)
            END AS stale_after,
@@ -158,6 +170,7 @@ LEFT JOIN LATERAL (
 ) ls ON true
 WHERE job.stale_after IS NOT NULL
   AND NOT job.paused
+  AND job.retired_at IS NULL
   AND coalesce(ls.finished_at, job.first_registered_at) + job.stale_after < now()
 
 UNION ALL
@@ -201,6 +214,7 @@ CROSS JOIN LATERAL (
     WHERE r.job_name = job.job_name AND r.schedule_slot = s.slot
 ) due
 WHERE NOT job.paused
+  AND job.retired_at IS NULL
   AND s.slot IS NOT NULL
   AND s.slot >= job.track_from
   AND (due.runs = 0 OR due.done < due.runs OR due.done < coalesce(cardinality(job.partitions), 1))
@@ -259,7 +273,7 @@ SELECT 'lock_squatter',
               '%s advisory key(s) of runner lock namespace %s (runs %s%s): a run it holds cannot '
               'be recovered, a run due to take its key fails; end it (pg_terminate_backend), or '
               'give the runners a lock namespace of their own (RUNNER_LOCK_NAMESPACE)',
-              sq.pid, coalesce(quote_literal(min(sq.usename)), '?'),
+              sq.pid, coalesce(quote_literal(min(sq.usename)::text COLLATE "default"), '?'),
               coalesce(quote_literal(min(sq.application_name)), '?'), count(*),
               string_agg(DISTINCT sq.namespace::text, ', '),
               string_agg(sq.key_run || CASE WHEN sq.run_id IS NULL THEN ' (not created yet)'
@@ -285,5 +299,36 @@ FROM (
                         WHERE i.stopped_at IS NULL AND s.backend_start <= i.heartbeat_at)
 ) sq
 GROUP BY sq.pid
+
+UNION ALL
+-- job_not_in_code: defined by no live runner for longer than runner.job_not_in_code_after
+-- (revision 0009). Live: not stopped, heartbeat within the last 15 s (3 instance heartbeats,
+-- as the shares count them). Last defined: the newest heartbeat of any runner, live or not,
+-- whose code had the job, else the job's last sync.
+SELECT 'job_not_in_code',
+       job.job_name,
+       job.owner,
+       NULL::bigint,
+       format('job %s is in no live runner''s code since %s (longer than %s): retire it '
+              '(runner retire) or deploy it again', quote_literal(job.job_name), seen.at,
+              limits.after),
+       seen.at + limits.after
+FROM job
+CROSS JOIN LATERAL (
+    SELECT coalesce(nullif(current_setting('runner.job_not_in_code_after', true), '')::interval,
+                    interval '24 hours') AS after
+) limits
+CROSS JOIN LATERAL (
+    SELECT greatest(job.synced_at,
+                    (SELECT max(i.heartbeat_at) FROM runner.instances i
+                     WHERE i.jobs @> ARRAY[job.job_name])) AS at
+) seen
+WHERE job.retired_at IS NULL
+  AND seen.at + limits.after < now()
+  AND EXISTS (SELECT 1 FROM runner.instances i
+              WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds')
+  AND NOT EXISTS (SELECT 1 FROM runner.instances i
+                  WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
+                    AND i.jobs @> ARRAY[job.job_name])
 
 ;

@@ -12,6 +12,8 @@
 --                           runner.alerts until a human reruns or skips them)
 --   oldest_unfinished_slot  the oldest due slot with a run still pending, running or failed
 --   lag                     now minus that slot (0 when nothing is unfinished)
+--   retired_at              when the job was retired (runner retire; revision 0009), NULL
+--                           while it is not: its slots after that are not expected
 --
 -- The missing-slot count (runner.missing_slots) and the next slot (computed from the job's
 -- definition in Python) are added by `runner status`; this view depends on neither.
@@ -31,7 +33,8 @@ SELECT j.job_name,
        day.failed AS failed_24h,
        day.dead AS dead_24h,
        uf.oldest AS oldest_unfinished_slot,
-       coalesce(now() - uf.oldest, interval '0') AS lag
+       coalesce(now() - uf.oldest, interval '0') AS lag,
+       j.retired_at
 FROM runner.jobs j
 LEFT JOIN LATERAL (
     SELECT r.id, r.finished_at, r.schedule_slot, r.business_date

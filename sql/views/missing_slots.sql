@@ -35,6 +35,11 @@
 --   dead               out of automatic attempts: needs a human (rerun, skip)
 --   awaiting_approval  held by misfire="manual" or a capped replay
 --
+-- Retired jobs (runner retire, revision 0009): slots after the retirement instant and before
+-- an unretirement are not expected (runner.job_retirements, through runner.tracked_spans_v1);
+-- slots before it still are, and runs that do not account for their slot are listed wherever
+-- they are (a run left failed or dead by a retired job still needs a decision).
+--
 -- Paused jobs are listed like any other, with paused = true: a paused job's slots are
 -- genuinely not done, and pausing is visible rather than a silent gap. Filter on `paused`
 -- to leave them out.
@@ -52,9 +57,10 @@
 -- job_runs_unaccounted. So the cost follows the size of the answer and the time since the
 -- last advance, not the ledger's size. Because the watermark is about runs existing, in any
 -- status, a rerun or backfill that reopens an old run (succeeded -> pending) needs no change
--- to it: the reopened run is in the partial index and shows at once. Pruning must only
--- delete runs that are accounted for: a deleted run below the watermark is not looked for
--- again.
+-- to it: the reopened run is in the partial index and shows at once. Pruning (runner.prune_v1)
+-- deletes only runs that are accounted for, only below the watermark, and records how far it
+-- went (gap_watermarks.pruned_through): the scan never expands slots at or below that again,
+-- so a pruned run never makes its slot look missing.
 --
 -- runner.missing_slots_v1(as_of, only_job, since) is the same scan at a given "now"
 -- (tests, and `runner gaps --job/--since`, which it narrows cheaply); the view is its call at
@@ -79,24 +85,31 @@ WITH jobs AS MATERIALIZED (
                 THEN make_interval(secs => (j.options ->> 'lease_seconds')::float8)
                 ELSE interval '5 minutes' END AS lease,
            greatest(j.track_from, since) AS first_slot,
-           -- the watermark, trusted only below a schedule row it did not see
-           CASE WHEN w.complete_through IS NOT NULL THEN least(
-               w.complete_through, as_of,
-               (SELECT min(s.valid_from) FROM runner.job_schedules s
-                WHERE s.job_name = j.job_name
-                  AND s.valid_from > coalesce(w.schedule_from, timestamptz '-infinity'))
-               - interval '1 microsecond')
-           END AS wm
+           -- the watermark, trusted only below a schedule row it did not see; never below
+           -- what retention pruned (revision 0009: nothing there is expanded again)
+           greatest(
+               CASE WHEN w.complete_through IS NOT NULL THEN least(
+                   w.complete_through, as_of,
+                   (SELECT min(s.valid_from) FROM runner.job_schedules s
+                    WHERE s.job_name = j.job_name
+                      AND s.valid_from > coalesce(w.schedule_from, timestamptz '-infinity'))
+                   - interval '1 microsecond')
+               END,
+               (SELECT CASE WHEN p.pruned_through IS NOT NULL THEN least(p.pruned_through, as_of) END
+                FROM runner.gap_watermarks p
+                WHERE p.job_name = j.job_name)) AS wm
     FROM runner.jobs j
     LEFT JOIN runner.gap_watermarks w ON w.job_name = j.job_name AND w.track_from = j.track_from
     WHERE only_job IS NULL OR j.job_name = only_job
 ), segments AS (
-    -- each schedule row's share of (watermark, as_of]: slots s with lo < s <= hi
+    -- each schedule row's share of (watermark, as_of]: slots s with lo < s <= hi, within
+    -- the spans the job was not retired (runner.tracked_spans_v1)
     SELECT j.job_name, j.paused, j.job_zone, s.schedule_kind, s.cron, s.every_interval,
            s.timezone, s.partitions, s.dynamic_partitions,
-           greatest(s.lo, j.first_slot - interval '1 microsecond', j.wm) AS lo,
-           least(s.hi, as_of) AS hi
+           greatest(s.lo, j.first_slot - interval '1 microsecond', j.wm, t.lo) AS lo,
+           least(s.hi, as_of, t.hi) AS hi
     FROM jobs j
+    CROSS JOIN LATERAL runner.tracked_spans_v1(j.job_name) AS t
     CROSS JOIN LATERAL (
         SELECT h.*,
                CASE WHEN lag(h.valid_from) OVER w IS NULL THEN timestamptz '-infinity'
@@ -136,6 +149,8 @@ WITH jobs AS MATERIALIZED (
                                    ELSE ARRAY[NULL::text] END) AS p(key)
     WHERE h.schedule_slot <= j.wm
       AND h.schedule_slot >= j.first_slot
+      AND EXISTS (SELECT 1 FROM runner.tracked_spans_v1(h.job_name) AS t
+                  WHERE h.schedule_slot > t.lo AND h.schedule_slot <= t.hi)
       AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
                       WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
                         AND (p.key IS NULL OR r.partition_key = p.key))

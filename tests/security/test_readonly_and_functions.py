@@ -13,7 +13,9 @@ from tests.support import rows, scalar
 WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "record_replay_plan_v1", "advance_watermarks_v1"}
 OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
                       "pause_backfill_v1", "resume_backfill_v1", "cancel_backfill_v1",
-                      "record_backfill_verify_v1"}
+                      "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1"}
+# retention (revision 0009): the runners' background duty and `runner prune`
+SHARED_FUNCTIONS = {"prune_v1"}
 # called only by the functions above, or by a trigger, as the owner
 INTERNAL = {"lock_backfill_for_action", "record_pause_v1"}
 # owned by the condition role, not the schema owner: it runs the caller's condition as that
@@ -51,7 +53,8 @@ def definer_functions(url: str) -> list[tuple[str, list[str] | None, str]]:
 
 def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: Logins) -> None:
     found = definer_functions(logins.admin)
-    assert {name for name, _, _ in found} == WORKER_FUNCTIONS | OPERATOR_FUNCTIONS | INTERNAL | CONDITION_FUNCTIONS
+    assert {name for name, _, _ in found} == (WORKER_FUNCTIONS | OPERATOR_FUNCTIONS | SHARED_FUNCTIONS | INTERNAL
+                                             | CONDITION_FUNCTIONS)
     for name, config, signature in found:
         if name in CONDITION_FUNCTIONS:
             assert scalar(logins.admin, "SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = %s::regprocedure",
@@ -66,6 +69,7 @@ def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: L
             (signature,))}
         expected = ({logins.groups["worker"]} if name in WORKER_FUNCTIONS
                     else {logins.groups["operator"]} if name in OPERATOR_FUNCTIONS
-                    else {logins.groups["worker"], logins.groups["operator"]} if name in CONDITION_FUNCTIONS
+                    else {logins.groups["worker"], logins.groups["operator"]}
+                    if name in CONDITION_FUNCTIONS | SHARED_FUNCTIONS
                     else set())
         assert grantees == expected, signature

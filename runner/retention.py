@@ -1,0 +1,140 @@
+"""The retention duty and ``runner prune``: old runs leave the ledger in bounded batches.
+
+What may go is decided in the database, by ``runner.prune_v1`` (sql/functions/prune_v1.sql),
+from the retention policy each job's code stored in ``runner.jobs.options`` (the job's
+``retention=``, else the runner's ``--retention-default``; neither: never pruned): runs that
+account for their slot, below the gap scan's trusted watermark, older than their period.
+Attempts and effects go with their run; ``runner.requests`` is never pruned. The function runs
+as the schema owner, so neither the worker nor the operator role holds DELETE on the ledger,
+and the caller chooses nothing but the batch size.
+
+The duty runs in a thread of its own with a connection of its own, like the gap scan
+(runner/gapscan.py), off the loop's hot path: every ``interval`` seconds one pass of at most
+``batch`` runs, in one short transaction. One runner at a time across the fleet does it: the
+function takes a transaction-level advisory lock (namespace, runner.duty_lock_key_v1('prune'))
+and returns at once when another caller holds it. Each pass is its own error boundary: a
+failure is logged and the next pass tries again.
+
+``prune`` is the CLI's side: passes until nothing is left (or ``limit``), optionally writing
+every pruned run (with its attempts and effects, as JSON) to an archive table or file in the
+same transaction as the deletion, before it commits: nothing goes unarchived.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+from psycopg import sql
+
+from runner import ledger
+from runner.sqlfiles import queries
+
+log = logging.getLogger("runner.retention")
+Q = queries("retention")
+
+MAX_BATCH = 10_000  # runner.prune_v1 caps a pass at this many runs
+
+
+def run_once(conn: psycopg.Connection[Any], batch: int, namespace: int,
+             now: datetime | None = None) -> int:
+    """One pass of the duty (its own transaction); returns how many runs went."""
+    with conn.transaction():
+        row = conn.execute(Q["prune_count"], {"batch": batch, "now": now,
+                                              "namespace": namespace}).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def prune_forever(connect: Callable[[], psycopg.Connection[Any]], stop: threading.Event,
+                  namespace: int, interval: float = 60.0, batch: int = 1000) -> None:
+    """Call ``run_once`` every ``interval`` seconds until ``stop`` is set."""
+    conn: psycopg.Connection[Any] | None = None
+    while not stop.wait(interval):
+        try:
+            if conn is None or conn.closed:
+                conn = connect()
+            gone = run_once(conn, batch, namespace)
+            if gone:
+                log.info("retention: pruned %d run(s)", gone)
+        except psycopg.Error as exc:
+            log.warning("retention pass failed: %s",
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            if conn is not None:
+                conn.close()
+            conn = None
+    if conn is not None:
+        conn.close()
+
+
+@dataclass
+class PruneReport:
+    runs: int = 0
+    attempts: int = 0
+    effects: int = 0
+    by_job: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> status -> runs
+    passes: int = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.runs += 1
+        self.attempts += len(row["attempts"])
+        self.effects += len(row["effects"])
+        statuses = self.by_job.setdefault(row["job_name"], {})
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+
+
+def _archive_table(conn: psycopg.Connection[Any], name: str, rows: list[dict[str, Any]]) -> None:
+    """COPY the pruned rows into ``name`` (``schema.table`` or ``table``), created if missing."""
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 2 or not all(parts):
+        raise ValueError(f"--archive-table must be TABLE or SCHEMA.TABLE, got {name!r}")
+    ident = sql.Identifier(*parts)
+    conn.execute(sql.SQL(Q["archive_table_create"]).format(table=ident))
+    with conn.cursor().copy(sql.SQL(Q["archive_table_copy"]).format(table=ident)) as copy:
+        for r in rows:
+            copy.write_row((r["job_name"], r["run_id"], r["schedule_slot"], r["status"],
+                            json.dumps(r["run"]), json.dumps(r["attempts"]), json.dumps(r["effects"])))
+
+
+def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
+          dry_run: bool = False, limit: int | None = None, archive_table: str | None = None,
+          archive_file: IO[str] | None = None, now: datetime | None = None) -> PruneReport:
+    """Prune until nothing is left (or ``limit`` runs), one transaction per pass; with
+    ``dry_run`` one look of up to ``limit`` (else ``batch``) runs and nothing deleted. The
+    archive (a table, or a file of JSON lines) is written in the pass's transaction, before it
+    commits."""
+    report = PruneReport()
+    batch = max(1, min(batch, MAX_BATCH))
+    while True:
+        size = batch if limit is None else min(batch, limit - report.runs)
+        if dry_run:
+            size = min(limit or batch, MAX_BATCH)
+        if size <= 0:
+            break
+        with conn.transaction():
+            rows = ledger.dict_rows(conn, Q["prune"], {"batch": size, "now": now, "dry_run": dry_run,
+                                                        "namespace": namespace})
+            if rows and not dry_run:
+                if archive_table is not None:
+                    _archive_table(conn, archive_table, rows)
+                if archive_file is not None:
+                    for r in rows:
+                        archive_file.write(json.dumps(r, default=str, sort_keys=True) + "\n")
+                    archive_file.flush()
+        report.passes += 1
+        for r in rows:
+            report.add(r)
+        if dry_run or len(rows) < size:
+            break
+    return report
+
+
+def open_archive(path: str) -> IO[str]:
+    """The archive file, appended to (a pass's rows are written before its deletion commits)."""
+    return Path(path).open("a", encoding="utf-8")

@@ -1,0 +1,28 @@
+-- Named statements of retention (runner/retention.py). What may be pruned is decided by
+-- runner.prune_v1 (sql/functions/prune_v1.sql) from the stored policy, never here.
+
+-- name: prune_count
+-- One pass of the background duty: how many runs went.
+SELECT count(*) FROM runner.prune_v1(%(batch)s, %(now)s::timestamptz, false, %(namespace)s)
+
+-- name: prune
+-- One pass of `runner prune` (or a look, with dry_run): every pruned run with its attempts and
+-- effects, for the archive and the report.
+SELECT p.job_name, p.run_id, p.schedule_slot, p.status, p.run, p.attempts, p.effects
+FROM runner.prune_v1(%(batch)s, %(now)s::timestamptz, %(dry_run)s, %(namespace)s) AS p
+
+-- name: archive_table_create
+-- The archive table of `runner prune --archive-table T` ({table}: a quoted identifier).
+CREATE TABLE IF NOT EXISTS {table} (
+    job_name        text NOT NULL,
+    run_id          bigint NOT NULL,
+    schedule_slot   timestamptz NOT NULL,
+    status          text NOT NULL,
+    run             jsonb NOT NULL,
+    attempts        jsonb NOT NULL,
+    effects         jsonb NOT NULL,
+    archived_at     timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: archive_table_copy
+COPY {table} (job_name, run_id, schedule_slot, status, run, attempts, effects) FROM STDIN

@@ -1,0 +1,324 @@
+-- Revision 0006_edges as it shipped: the gap scan (runner.missing_slots_v1, the view) and
+-- runner.advance_watermarks_v1. Frozen here because revision 0009_retention replaces them from
+-- the live files under sql/views and sql/functions; 0006 and 0009's downgrade apply this copy.
+
+-- runner.missing_slots: the gap scan. Plain SQL on the ledger, usable from psql with no runner
+-- alive: every expected slot x partition in each job's tracked range that no run accounts for,
+-- with its state.
+--
+-- Expected slots. A job's tracked range is [runner.jobs.track_from, now()] (track_from is when
+-- the job was first registered, or its explicit track_from). Its schedule history is
+-- runner.job_schedules: a slot s is judged by the history row with the greatest
+-- valid_from <= s (a schedule change applies to slots at or after the change), and by the
+-- earliest row when s precedes every row (track_from moved earlier than the first
+-- registration). Under that row, s must be a slot of its schedule (cron in its zone, or
+-- every=; runner.schedule_slots_v1, the SQL twin of runner/schedule.py), and:
+--   * an unpartitioned job expects partition '';
+--   * a job with static partitions (job_schedules.partitions) expects each of them;
+--   * a job with dynamic partitions (a callable: which keys it returns is known only to the
+--     code) expects the partitions recorded in runner.slot_fanouts when the slot was first
+--     fanned out (before any of its runs was claimed), each of them; a slot with no recorded
+--     fan-out (never fanned out, or fanned out by a runner older than revision 0006) expects
+--     at least one run: with no run at all it shows ONCE with partition_key NULL.
+-- A slot whose fan-out failed (a user callable raised, returned too many or unstorable keys;
+-- the error is in runner.slot_fanouts) shows with state fanout_failed and the error.
+--
+-- Accounted for. A slot x partition is accounted for by a run in status succeeded, skipped
+-- (with its reason), coalesced (pointing to the run that covered it) or cancelled (an
+-- operator's explicit, audited decision). The view lists every expected slot x partition
+-- with no run at all, and every run in the tracked range that is in any other status -- also
+-- one at a slot or partition its schedule no longer expects (a run left failed or dead across
+-- a schedule change still needs a decision). `state` says which:
+--   never_started      no run at all (e.g. missed while every runner was down)
+--   fanout_failed      no run, because computing the slot's partitions or window failed
+--   pending            queued (a rerun, a backfill, an approved slot, a released attempt)
+--   running            an attempt is running and heartbeating
+--   running_stale      running, but the attempt's heartbeat is older than the job's lease
+--                      (runner.jobs.options->'lease_seconds', 5 minutes when absent)
+--   failed             waiting for a retry (next_attempt_at)
+--   dead               out of automatic attempts: needs a human (rerun, skip)
+--   awaiting_approval  held by misfire="manual" or a capped replay
+--
+-- Paused jobs are listed like any other, with paused = true: a paused job's slots are
+-- genuinely not done, and pausing is visible rather than a silent gap. Filter on `paused`
+-- to leave them out.
+--
+-- Columns: job_name, schedule_slot (the UTC instant), local_slot (its wall time in the job's
+-- current zone), partition_key, state, run_id (NULL when never started), attempt,
+-- next_attempt_at, heartbeat_at (running attempts), last_error, status_reason, lateness
+-- (now() - schedule_slot), paused. A slot exactly at now() is expected; one after is not.
+--
+-- Cost. Expanding every slot since track_from would grow with the ledger's age, so each job
+-- has a watermark (runner.gap_watermarks, moved by runner.advance_watermarks_v1(): see that
+-- file). Slots without any run come from expanding the schedule above the watermark and, at
+-- or below it, from the holes the advance recorded (runner.gap_holes) that still have no run.
+-- Runs not accounted for come, over the whole tracked range, from the partial index
+-- job_runs_unaccounted. So the cost follows the size of the answer and the time since the
+-- last advance, not the ledger's size. Because the watermark is about runs existing, in any
+-- status, a rerun or backfill that reopens an old run (succeeded -> pending) needs no change
+-- to it: the reopened run is in the partial index and shows at once. Pruning must only
+-- delete runs that are accounted for: a deleted run below the watermark is not looked for
+-- again.
+--
+-- runner.missing_slots_v1(as_of, only_job, since) is the same scan at a given "now"
+-- (tests, and `runner gaps --job/--since`, which it narrows cheaply); the view is its call at
+-- now(). A new run status must be placed on one side: in the status list below and in the
+-- predicate of job_runs_unaccounted (sql/revisions/0003_time.sql).
+
+CREATE OR REPLACE FUNCTION runner.missing_slots_v1(
+    as_of timestamptz, only_job text DEFAULT NULL, since timestamptz DEFAULT NULL)
+RETURNS TABLE (
+    job_name text, schedule_slot timestamptz, local_slot timestamp, partition_key text,
+    state text, run_id bigint, attempt integer, next_attempt_at timestamptz,
+    heartbeat_at timestamptz, last_error text, status_reason text, lateness interval,
+    paused boolean)
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+-- JIT compiling this plan costs more (a few hundred ms) than running it: the nested slot
+-- expansions carry large default row estimates that push its cost over jit_above_cost.
+SET jit = off
+AS $$
+WITH jobs AS MATERIALIZED (
+    SELECT j.job_name, j.paused, j.timezone AS job_zone,
+           CASE WHEN jsonb_typeof(j.options -> 'lease_seconds') = 'number'
+                THEN make_interval(secs => (j.options ->> 'lease_seconds')::float8)
+                ELSE interval '5 minutes' END AS lease,
+           greatest(j.track_from, since) AS first_slot,
+           -- the watermark, trusted only below a schedule row it did not see
+           CASE WHEN w.complete_through IS NOT NULL THEN least(
+               w.complete_through, as_of,
+               (SELECT min(s.valid_from) FROM runner.job_schedules s
+                WHERE s.job_name = j.job_name
+                  AND s.valid_from > coalesce(w.schedule_from, timestamptz '-infinity'))
+               - interval '1 microsecond')
+           END AS wm
+    FROM runner.jobs j
+    LEFT JOIN runner.gap_watermarks w ON w.job_name = j.job_name AND w.track_from = j.track_from
+    WHERE only_job IS NULL OR j.job_name = only_job
+), segments AS (
+    -- each schedule row's share of (watermark, as_of]: slots s with lo < s <= hi
+    SELECT j.job_name, j.paused, j.job_zone, s.schedule_kind, s.cron, s.every_interval,
+           s.timezone, s.partitions, s.dynamic_partitions,
+           greatest(s.lo, j.first_slot - interval '1 microsecond', j.wm) AS lo,
+           least(s.hi, as_of) AS hi
+    FROM jobs j
+    CROSS JOIN LATERAL (
+        SELECT h.*,
+               CASE WHEN lag(h.valid_from) OVER w IS NULL THEN timestamptz '-infinity'
+                    ELSE h.valid_from - interval '1 microsecond' END AS lo,
+               coalesce(lead(h.valid_from) OVER w - interval '1 microsecond',
+                        timestamptz 'infinity') AS hi
+        FROM runner.job_schedules h
+        WHERE h.job_name = j.job_name
+        WINDOW w AS (ORDER BY h.valid_from)
+    ) AS s
+), never_started AS (
+    -- above the watermark: expected slots x partitions without any run (LATERAL ... LIMIT 1:
+    -- one index probe per slot, never a hash anti-join that would read every run of the
+    -- ledger because the slot estimates are large defaults)
+    SELECT g.job_name, x.slot, p.key AS partition_key, g.paused, g.job_zone, f.error
+    FROM segments g
+    CROSS JOIN LATERAL runner.schedule_slots_v1(
+        g.schedule_kind, g.cron, g.every_interval, g.timezone, g.lo, g.hi) AS x(slot)
+    LEFT JOIN runner.slot_fanouts f ON f.job_name = g.job_name AND f.schedule_slot = x.slot
+    CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
+                                   WHEN f.job_name IS NOT NULL AND f.error IS NULL THEN f.partitions
+                                   ELSE ARRAY[NULL::text] END) AS p(key)
+    LEFT JOIN LATERAL (SELECT r.id FROM runner.job_runs r
+                       WHERE r.job_name = g.job_name AND r.schedule_slot = x.slot
+                         AND (p.key IS NULL OR r.partition_key = p.key)
+                       LIMIT 1) AS run ON true
+    WHERE g.lo < g.hi AND run.id IS NULL
+    UNION ALL
+    -- at or below it: the holes the advance recorded that still have no run (a whole-slot
+    -- hole of a slot whose fan-out was recorded after the advance: each recorded partition)
+    SELECT h.job_name, h.schedule_slot, p.key, j.paused, j.job_zone, f.error
+    FROM jobs j
+    JOIN runner.gap_holes h ON h.job_name = j.job_name
+    LEFT JOIN runner.slot_fanouts f ON f.job_name = h.job_name AND f.schedule_slot = h.schedule_slot
+    CROSS JOIN LATERAL unnest(CASE WHEN NOT h.whole_slot THEN ARRAY[h.partition_key]
+                                   WHEN f.job_name IS NOT NULL AND f.error IS NULL THEN f.partitions
+                                   ELSE ARRAY[NULL::text] END) AS p(key)
+    WHERE h.schedule_slot <= j.wm
+      AND h.schedule_slot >= j.first_slot
+      AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                      WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
+                        AND (p.key IS NULL OR r.partition_key = p.key))
+)
+SELECT n.job_name, n.slot, timezone(n.job_zone, n.slot), n.partition_key,
+       CASE WHEN n.error IS NULL THEN 'never_started' ELSE 'fanout_failed' END,
+       NULL::bigint, NULL::integer, NULL::timestamptz, NULL::timestamptz, n.error, NULL::text,
+       as_of - n.slot, n.paused
+FROM never_started n
+UNION ALL
+-- runs in the tracked range that do not account for their slot, from the partial index
+SELECT r.job_name, r.schedule_slot, timezone(j.job_zone, r.schedule_slot), r.partition_key,
+       CASE WHEN r.status = 'running'
+                 AND coalesce(a.heartbeat_at, r.started_at) < as_of - j.lease THEN 'running_stale'
+            ELSE r.status
+       END,
+       r.id, r.attempt, r.next_attempt_at, a.heartbeat_at, r.last_error, r.status_reason,
+       as_of - r.schedule_slot, j.paused
+FROM jobs j
+JOIN runner.job_runs r ON r.job_name = j.job_name
+LEFT JOIN runner.attempts a ON r.status = 'running' AND a.run_id = r.id AND a.fence = r.fence
+WHERE r.status IN ('pending', 'running', 'failed', 'dead', 'awaiting_approval')
+  AND r.schedule_slot >= j.first_slot
+  AND r.schedule_slot <= as_of
+$$;
+
+CREATE OR REPLACE VIEW runner.missing_slots AS
+SELECT * FROM runner.missing_slots_v1(now());
+
+-- runner.advance_watermarks_v1(as_of): move each job's gap-scan watermark up to as_of
+-- (default now()), so that runner.missing_slots expands only the slots after it. Returns how
+-- many jobs' watermarks moved. The loop calls it periodically; `runner gaps` calls it first.
+--
+-- What a watermark means (see the section in sql/revisions/0003_time.sql): every expected
+-- slot x partition at or below complete_through had a run row, in ANY status, or is recorded
+-- in runner.gap_holes. The advance expands the slots between the job's (trusted) watermark
+-- and as_of exactly as the view does, records those with no run as holes, forgets holes that
+-- have since got a run or that a newer schedule no longer expects, and sets complete_through
+-- to as_of with the schedule history and track_from it judged by.
+--
+-- Why "has a run row" and not "is accounted for": a run row never goes away (only pruning
+-- deletes runs), whatever its status does later, so a watermark built on existence stays true
+-- when a rerun or backfill reopens an old run (succeeded -> pending), and needs no triggers
+-- and no cooperation from the code that reopens runs. The view finds runs that are not
+-- accounted for through the partial index job_runs_unaccounted (wherever their slot), and
+-- slots without a run below the watermark through runner.gap_holes. A run that is failed or
+-- dead, or a slot never started, does not stop the watermark, so one forgotten slot cannot
+-- make every later scan expand from it.
+--
+-- Concurrency. Safe from several processes at once: each job's watermark row is locked with
+-- FOR UPDATE SKIP LOCKED, so a job being advanced elsewhere is skipped (it moves in that
+-- call), and two callers never wait on each other except when both create the first
+-- watermark row of a new job. The main statement reads the ledger after those locks are
+-- held, with one snapshot: a run committed after it started is seen as missing, recorded as
+-- a hole (harmless: the view and the next advance look for a run first). A schedule change
+-- whose valid_from is below a watermark written without it (its transaction started before
+-- the advance's) is caught by schedule_from: the view trusts the watermark only below that
+-- change. Call it in READ COMMITTED (the default), in its own short transaction.
+--
+-- Cost: the slots since the last advance, plus one index probe per recorded hole (a hole is
+-- a slot the view lists as never started). The first advance of a job expands its whole
+-- tracked range once, like the view would without a watermark.
+--
+-- Privileges: it writes only derived data (runner.gap_watermarks and runner.gap_holes), so it
+-- runs as its owner (SECURITY DEFINER, with a fixed search_path), and the roles of
+-- sql/roles.sql need no DELETE for it. EXECUTE is revoked from PUBLIC: roles.sql grants it to
+-- the worker role; `runner gaps` run by a role without it scans without advancing.
+CREATE OR REPLACE FUNCTION runner.advance_watermarks_v1(as_of timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off  -- as for runner.missing_slots_v1: compiling costs more than running
+AS $$
+DECLARE
+    clock constant timestamptz := coalesce(as_of, now());
+    locked text[];
+    moved integer;
+BEGIN
+    INSERT INTO runner.gap_watermarks (job_name)
+    SELECT j.job_name FROM runner.jobs j
+    WHERE NOT EXISTS (SELECT 1 FROM runner.gap_watermarks w WHERE w.job_name = j.job_name)
+    ORDER BY j.job_name
+    ON CONFLICT (job_name) DO NOTHING;
+
+    SELECT coalesce(array_agg(l.job_name), '{}') INTO locked
+    FROM (SELECT w.job_name FROM runner.gap_watermarks w
+          ORDER BY w.job_name FOR UPDATE SKIP LOCKED) AS l;
+
+    WITH base AS MATERIALIZED (
+        SELECT j.job_name, j.track_from,
+               (SELECT max(s.valid_from) FROM runner.job_schedules s
+                WHERE s.job_name = j.job_name) AS schedule_from,
+               CASE WHEN w.complete_through IS NOT NULL AND w.track_from = j.track_from
+                    THEN least(w.complete_through,
+                               (SELECT min(s.valid_from) FROM runner.job_schedules s
+                                WHERE s.job_name = j.job_name
+                  AND s.valid_from > coalesce(w.schedule_from, timestamptz '-infinity'))
+                               - interval '1 microsecond')
+               END AS wm
+        FROM runner.jobs j
+        JOIN runner.gap_watermarks w ON w.job_name = j.job_name
+        WHERE j.job_name = ANY (locked)
+    ), segments AS (
+        SELECT b.job_name, s.schedule_kind, s.cron, s.every_interval, s.timezone,
+               s.partitions, s.dynamic_partitions,
+               greatest(s.lo, b.track_from - interval '1 microsecond', b.wm) AS lo,
+               least(s.hi, clock) AS hi
+        FROM base b
+        CROSS JOIN LATERAL (
+            SELECT h.*,
+                   CASE WHEN lag(h.valid_from) OVER w IS NULL THEN timestamptz '-infinity'
+                        ELSE h.valid_from - interval '1 microsecond' END AS lo,
+                   coalesce(lead(h.valid_from) OVER w - interval '1 microsecond',
+                            timestamptz 'infinity') AS hi
+            FROM runner.job_schedules h
+            WHERE h.job_name = b.job_name
+            WINDOW w AS (ORDER BY h.valid_from)
+        ) AS s
+    ), missing AS MATERIALIZED (
+        -- (LATERAL ... LIMIT 1: one index probe per slot, never a hash anti-join that would
+        -- read every run of the ledger because the slot estimates are large defaults)
+        SELECT g.job_name, x.slot, p.key IS NULL AS whole_slot, coalesce(p.key, '') AS partition_key
+        FROM segments g
+        CROSS JOIN LATERAL runner.schedule_slots_v1(
+            g.schedule_kind, g.cron, g.every_interval, g.timezone, g.lo, g.hi) AS x(slot)
+        LEFT JOIN runner.slot_fanouts f ON g.dynamic_partitions AND f.job_name = g.job_name
+                                       AND f.schedule_slot = x.slot AND f.error IS NULL
+        CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
+                                       WHEN f.job_name IS NOT NULL THEN f.partitions
+                                       ELSE ARRAY[NULL::text] END) AS p(key)
+        LEFT JOIN LATERAL (SELECT r.id FROM runner.job_runs r
+                           WHERE r.job_name = g.job_name AND r.schedule_slot = x.slot
+                             AND (p.key IS NULL OR r.partition_key = p.key)
+                           LIMIT 1) AS run ON true
+        WHERE g.lo < g.hi AND run.id IS NULL
+    ), forgotten AS (
+        -- Holes the trusted watermark covers stay until they get a run; holes outside it (a
+        -- newer schedule, a moved track_from) stay only if expanded again just now. The CASE
+        -- keeps this to one index probe per hole (missing holds only slots above the mark).
+        DELETE FROM runner.gap_holes h
+        USING base b
+        WHERE h.job_name = b.job_name
+          AND CASE WHEN b.wm IS NULL OR h.schedule_slot > b.wm OR h.schedule_slot < b.track_from
+                   THEN NOT EXISTS (SELECT 1 FROM missing m
+                                    WHERE m.job_name = h.job_name AND m.slot = h.schedule_slot
+                                      AND m.whole_slot = h.whole_slot
+                                      AND m.partition_key = h.partition_key)
+                   -- a whole-slot hole goes once every partition recorded for the slot
+                   -- (if any was recorded after it; else one run) has a run
+                   ELSE NOT EXISTS (
+                       SELECT 1
+                       FROM unnest(CASE WHEN NOT h.whole_slot THEN ARRAY[h.partition_key]
+                                        ELSE coalesce((SELECT f.partitions FROM runner.slot_fanouts f
+                                                       WHERE f.job_name = h.job_name
+                                                         AND f.schedule_slot = h.schedule_slot
+                                                         AND f.error IS NULL),
+                                                      ARRAY[NULL::text]) END) AS k(key)
+                       WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                                         WHERE r.job_name = h.job_name
+                                           AND r.schedule_slot = h.schedule_slot
+                                           AND (k.key IS NULL OR r.partition_key = k.key)))
+              END
+    ), recorded AS (
+        INSERT INTO runner.gap_holes (job_name, schedule_slot, whole_slot, partition_key, recorded_at)
+        SELECT m.job_name, m.slot, m.whole_slot, m.partition_key, clock FROM missing m
+        ON CONFLICT DO NOTHING
+    )
+    UPDATE runner.gap_watermarks w
+    SET complete_through = clock,
+        schedule_from = b.schedule_from,
+        track_from = b.track_from,
+        advanced_at = now()
+    FROM base b
+    WHERE w.job_name = b.job_name
+      AND (b.wm IS NULL OR b.wm < clock);
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    RETURN moved;
+END
+$$;
+
+REVOKE ALL ON FUNCTION runner.advance_watermarks_v1(timestamptz) FROM PUBLIC;

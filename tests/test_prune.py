@@ -1,0 +1,255 @@
+"""Retention (issue 16, point 2): runner.prune_v1 deletes, in bounded batches and one caller
+at a time, the runs a job's stored policy lets go — only runs that account for their slot,
+only below the gap scan's trusted watermark — with their attempts and effects, never a
+request; the gap scan and the ledger audit are the same after pruning as before; `runner
+prune` shows (--dry-run) and archives (a table or a file) before it deletes."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from runner.app import Retention, Runner, parse_retention
+from runner.errors import JobDefinitionError
+from runner.schedule import ScheduleError
+from tests.support import rows, scalar
+from tests.test_operators import cli, make_run
+
+H = timedelta(hours=1)
+D = timedelta(days=1)
+POLICY = {"succeeded_seconds": 86400.0, "failed_seconds": 5 * 86400.0}  # 1 day, 5 days
+
+
+def seed(conn: psycopg.Connection[Any], job: str = "j", days: int = 10, wm_age: timedelta = 2 * D,
+         policy: dict[str, float] | None = POLICY) -> dict[str, Any]:
+    """An hourly job tracked for ``days`` days: every slot succeeded (one attempt each, an
+    effect on some), except a dead run 9 days back, a retried success 4 days back, an
+    operator's rerun 3 days back, a slot never started 7 days back; the watermark advanced to
+    ``wm_age`` ago; one request row."""
+    now = conn.execute("SELECT date_trunc('hour', now(), 'UTC')").fetchone()[0]
+    start = now - days * D
+    conn.execute("INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, options, track_from,"
+                 " first_registered_at) VALUES (%s, 'every', '1 hour', %s, %s, %s)",
+                 (job, Jsonb({"retention": policy} if policy else {}), start, start))
+    conn.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval, timezone)"
+                 " SELECT job_name, track_from, schedule_kind, every_interval, timezone FROM runner.jobs"
+                 " WHERE job_name = %s", (job,))
+    special = {now - 9 * D: "dead", now - 4 * D: "retried", now - 3 * D: "manual", now - 7 * D: "none"}
+    slot = start
+    while slot <= now:
+        kind = special.get(slot)
+        if kind != "none":
+            run = make_run(conn, job, slot, status="dead" if kind == "dead" else "succeeded",
+                           started=slot, finished=slot + timedelta(minutes=1),
+                           attempt=2 if kind == "retried" else 1)
+            conn.execute("INSERT INTO runner.attempts (run_id, attempt, fence, trigger, owner_host, owner_pid,"
+                         " owner_instance, lock_key, status, started_at, finished_at) VALUES (%s, 1, 1,"
+                         " 'schedule', 'h', 1, gen_random_uuid(), 1, 'succeeded', %s, %s)", (run, slot, slot))
+            if slot.hour == 0:
+                conn.execute("INSERT INTO runner.effects (job_name, run_id, effect_key, status, attempt, fence,"
+                             " send_count, confirmed_at, confirmed_by) VALUES (%s, %s, %s, 'confirmed', 1, 1, 1,"
+                             " now(), 'send')", (job, run, f"e-{run}"))
+            if kind == "manual":
+                conn.execute("UPDATE runner.job_runs SET trigger = 'manual', uncounted_attempts = 1"
+                             " WHERE id = %s", (run,))
+        slot += H
+    conn.execute("SELECT runner.advance_watermarks_v1(%s)", (now - wm_age,))
+    conn.execute("INSERT INTO runner.requests (action, job_name, who, reason) VALUES ('rerun', %s, 'w', 'r')",
+                 (job,))
+    return {"now": now, "start": start, "wm": now - wm_age, **{v: k for k, v in special.items()}}
+
+
+def gaps(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT job_name, schedule_slot, partition_key, state, run_id"
+                        " FROM runner.missing_slots ORDER BY 1, 2, 3").fetchall()
+
+
+def violations(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT invariant, job_name, schedule_slot, run_id FROM runner.check_v1()"
+                        " ORDER BY 1, 2, 3, 4").fetchall()
+
+
+def prune(conn: psycopg.Connection[Any], batch: int = 10000, as_of: Any = None,
+          dry_run: bool = False) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT job_name, run_id, schedule_slot, status, attempts, effects"
+                        " FROM runner.prune_v1(%s, %s, %s)", (batch, as_of, dry_run)).fetchall()
+
+
+def slots_of(conn: psycopg.Connection[Any], job: str = "j") -> set[datetime]:
+    return {r[0] for r in conn.execute("SELECT schedule_slot FROM runner.job_runs WHERE job_name = %s", (job,))}
+
+
+def test_prune_keeps_what_the_policy_and_the_gap_scan_need(tx: psycopg.Connection[Any]) -> None:
+    s = seed(tx)
+    before_gaps, before_checks = gaps(tx), violations(tx)
+    assert [(g[1], g[3]) for g in before_gaps] == [(s["dead"], "dead"), (s["none"], "never_started")]
+    runs_before = slots_of(tx)
+    gone = prune(tx)
+    gone_slots = {r[2] for r in gone}
+    # succeeded runs at or below the watermark, older than a day, went; with their attempts
+    # and effects (returned for the archive)
+    assert gone_slots == {t for t in runs_before if t <= s["wm"]} - {s["dead"], s["retried"], s["manual"]}
+    assert all(r[3] == "succeeded" and len(r[4]) == 1 for r in gone)
+    assert sum(len(r[5]) for r in gone) == len([t for t in gone_slots if t.hour == 0]) > 0
+    # kept: the dead run (not accounted for), the retried and the operator's run (5 days),
+    # every run above the watermark although older than a day
+    kept = slots_of(tx)
+    assert {s["dead"], s["retried"], s["manual"]} <= kept
+    assert {t for t in runs_before if t > s["wm"]} <= kept
+    assert tx.execute("SELECT count(*) FROM runner.attempts a WHERE NOT EXISTS"
+                      " (SELECT 1 FROM runner.job_runs r WHERE r.id = a.run_id)").fetchone()[0] == 0
+    assert tx.execute("SELECT count(*) FROM runner.effects WHERE run_id IS NULL").fetchone()[0] == 0
+    assert tx.execute("SELECT count(*) FROM runner.requests").fetchone()[0] == 1
+    assert tx.execute("SELECT pruned_through FROM runner.gap_watermarks").fetchone()[0] == max(gone_slots)
+    # the gap scan and the audit: the same as before
+    assert gaps(tx) == before_gaps
+    assert violations(tx) == before_checks
+    tx.execute("SELECT runner.advance_watermarks_v1()")
+    assert [(g[1], g[3]) for g in gaps(tx)] == [(s["dead"], "dead"), (s["none"], "never_started")]
+    # the watermark moved on: the runs it passed that are old enough go next, nothing else
+    assert prune(tx, batch=10, dry_run=True) and min(r[2] for r in prune(tx)) > s["wm"]
+    assert [(g[1], g[3]) for g in gaps(tx)] == [(s["dead"], "dead"), (s["none"], "never_started")]
+    assert prune(tx) == []
+
+
+def test_the_long_period_applies_once_it_is_over(tx: psycopg.Connection[Any]) -> None:
+    s = seed(tx, policy={"succeeded_seconds": 86400.0, "failed_seconds": 3.5 * 86400.0})
+    gone = {r[2] for r in prune(tx)}
+    assert s["retried"] in gone and s["manual"] not in gone and s["dead"] not in gone
+
+
+def test_a_pass_is_bounded_and_oldest_first(tx: psycopg.Connection[Any]) -> None:
+    s = seed(tx)
+    first = prune(tx, batch=10)
+    assert [r[2] for r in first] == [s["start"] + n * H for n in range(10)]
+    assert tx.execute("SELECT pruned_through FROM runner.gap_watermarks").fetchone()[0] == s["start"] + 9 * H
+    assert len(prune(tx, batch=0)) == 0
+
+
+def test_the_caller_chooses_only_the_batch(tx: psycopg.Connection[Any]) -> None:
+    """as_of can only move the clock back (a future one is clamped to now()); a job without a
+    policy is never pruned; periods under an hour count as an hour."""
+    s = seed(tx)
+    seed(tx, job="keep", policy=None)
+    seed(tx, job="tiny", days=1, wm_age=timedelta(0), policy={"succeeded_seconds": 1.0, "failed_seconds": 1.0})
+    tiny = {r[0]: r[1] for r in tx.execute("SELECT schedule_slot, finished_at < now() - interval '1 hour'"
+                                           " FROM runner.job_runs WHERE job_name = 'tiny'")}
+    at_now = {r[1] for r in prune(tx, dry_run=True)}
+    assert {r[1] for r in prune(tx, as_of=s["now"] + 3650 * D, dry_run=True)} == at_now
+    assert len(prune(tx, as_of=s["now"] - 30 * D, dry_run=True)) == 0
+    gone = prune(tx)
+    assert {r[1] for r in gone} == at_now
+    assert {r[0] for r in gone} == {"j", "tiny"}
+    # tiny keeps every run that finished within the hour (its 1 s counts as 1 hour)
+    assert {r[2] for r in gone if r[0] == "tiny"} == {t for t, old in tiny.items() if old}
+    assert any(not old for old in tiny.values())
+
+
+def test_dry_run_deletes_nothing(tx: psycopg.Connection[Any]) -> None:
+    seed(tx)
+    before = slots_of(tx)
+    assert len(prune(tx, dry_run=True)) > 100
+    assert slots_of(tx) == before
+    assert tx.execute("SELECT pruned_through FROM runner.gap_watermarks").fetchone()[0] is None
+
+
+def test_pruned_slots_stay_unexpected_after_the_watermark_is_rebuilt(tx: psycopg.Connection[Any]) -> None:
+    """A track_from moved earlier (the worker may do that) makes the watermark untrusted and
+    the advance expand the whole range again: pruned slots must not come back as missing."""
+    s = seed(tx)
+    prune(tx)
+    before = gaps(tx)
+    tx.execute("UPDATE runner.jobs SET track_from = track_from - interval '1 hour'")
+    assert gaps(tx) == before
+    tx.execute("SELECT runner.advance_watermarks_v1()")
+    assert gaps(tx) == before
+    assert [v for v in violations(tx) if v[0] == "unlisted_gap"] == []
+    # a schedule change below the old watermark: the same
+    tx.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval, timezone)"
+               " VALUES ('j', %s, 'every', '30 minutes', 'UTC')", (s["start"] + 2 * D,))
+    assert [g for g in gaps(tx) if g[1] <= s["start"] + 5 * D and g[3] == "never_started"] == [
+        g for g in before if g[1] <= s["start"] + 5 * D and g[3] == "never_started"]
+
+
+def test_one_pruner_at_a_time(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+    with psycopg.connect(db_url) as a, psycopg.connect(db_url, autocommit=True) as b:
+        b.execute("SET lock_timeout = '5s'")  # b must not wait for a's rows either
+        assert len(prune(a, batch=5)) == 5  # a's transaction holds the prune lock
+        assert prune(b) == []  # at once, nothing
+        a.commit()
+        assert len(prune(b, batch=5)) == 5
+
+
+# -- the job option ------------------------------------------------------------------------
+
+
+def test_retention_option_forms_and_refusals() -> None:
+    assert parse_retention("30d") == Retention(30 * D, 180 * D)
+    assert parse_retention({"succeeded": "30d", "failed": "90d"}) == Retention(30 * D, 90 * D)
+    for bad in ("10m", {"failed": "1d"}, {"succeeded": "2d", "failed": "1d"}, {"succeeded": "1d", "x": 1},
+                True, ["1d"]):
+        with pytest.raises(ScheduleError):
+            parse_retention(bad)
+    app = Runner()
+    with pytest.raises(JobDefinitionError, match="retention"):
+        app.job("j", every="1h", retention="5m")
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_runner_prune_dry_run_then_archive_to_a_table(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        before = slots_of(conn)
+        missing = gaps(conn)
+    out = cli("prune", "--dry-run", "--limit", "20", url=db_url)
+    assert out.returncode == 0, out.stderr
+    assert "would prune 20 runs" in out.stdout and "j: succeeded 20" in out.stdout
+    with psycopg.connect(db_url) as conn:
+        assert slots_of(conn) == before
+    out = cli("prune", "--batch", "50", "--archive-table", "public.pruned_runs", "--json", url=db_url)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["runs"] > 100
+    archived = rows(db_url, "SELECT run_id, status, jsonb_array_length(attempts), run ->> 'job_name'"
+                            " FROM public.pruned_runs")
+    assert len(archived) == report["runs"] == len(before) - len(rows(db_url, "SELECT 1 FROM runner.job_runs"))
+    assert all(a[1] == "succeeded" and a[2] == 1 and a[3] == "j" for a in archived)
+    with psycopg.connect(db_url) as conn:
+        assert gaps(conn) == missing
+        assert [v for v in violations(conn) if v[0] == "unlisted_gap"] == []
+
+
+def test_runner_prune_archives_to_a_file(db_url: str, tmp_path: Path) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+    target = tmp_path / "archive.jsonl"
+    out = cli("prune", "--archive-file", str(target), url=db_url)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert lines and int(out.stdout.split()[1]) == len(lines)
+    assert {line["run_id"] for line in lines}.isdisjoint(
+        {r[0] for r in rows(db_url, "SELECT id FROM runner.job_runs")})
+    assert all(line["run"]["status"] == "succeeded" and len(line["attempts"]) == 1 for line in lines)
+
+
+def test_an_archive_that_cannot_be_written_deletes_nothing(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        conn.execute("CREATE TABLE public.taken (x int)")
+        before = slots_of(conn)
+    out = cli("prune", "--archive-table", "public.taken", url=db_url)
+    assert out.returncode == 1
+    assert "database error" in out.stderr
+    with psycopg.connect(db_url) as conn:
+        assert slots_of(conn) == before
+    assert scalar(db_url, "SELECT pruned_through FROM runner.gap_watermarks") is None
