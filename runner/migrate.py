@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0008_audit"
+HEAD = "0009_web"
 
 
 def alembic_config(url: str | None, output: io.StringIO | None = None) -> Config:

@@ -15,7 +15,8 @@ branch_labels = None
 depends_on = None
 
 # applied in this order on upgrade; tables first, then functions and views that use them
-UPGRADE = ["revisions/0004_operators.sql", "views/job_health.sql", "views/alerts.sql"]
+# job_health as this revision shipped it (0009_web replaces it from sql/views/job_health.sql)
+UPGRADE = ["revisions/0004_operators.sql", "revisions/0004_operators.job_health.sql", "views/alerts.sql"]
 DOWNGRADE = ["revisions/0004_operators.down.sql"]
 
 

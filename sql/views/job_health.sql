@@ -11,11 +11,17 @@
 --   dead_24h                runs that went dead in the last 24 hours (all dead runs are in
 --                           runner.alerts until a human reruns or skips them)
 --   oldest_unfinished_slot  the oldest due slot with a run still pending, running or failed
---   lag                     now minus that slot (0 when nothing is unfinished)
+--   oldest_missing_slot     the oldest expected slot that never started (no run at all, or
+--                           its fan-out failed: states never_started and fanout_failed of
+--                           runner.missing_slots_v1 for this job)
+--   lag                     now minus the older of those two slots (0 when there is neither):
+--                           how far behind the job is. Slots that never started count (since
+--                           revision 0009_web): a job whose runners were all down for an hour
+--                           is an hour behind even though no run of it is unfinished.
 --
 -- The missing-slot count (runner.missing_slots) and the next slot (computed from the job's
--- definition in Python) are added by `runner status`; this view depends on neither.
-CREATE VIEW runner.job_health AS
+-- definition in Python) are added by `runner status`.
+CREATE OR REPLACE VIEW runner.job_health AS
 SELECT j.job_name,
        j.options ->> 'owner' AS owner,
        j.paused,
@@ -31,7 +37,8 @@ SELECT j.job_name,
        day.failed AS failed_24h,
        day.dead AS dead_24h,
        uf.oldest AS oldest_unfinished_slot,
-       coalesce(now() - uf.oldest, interval '0') AS lag
+       coalesce(now() - least(uf.oldest, ms.oldest), interval '0') AS lag,
+       ms.oldest AS oldest_missing_slot
 FROM runner.jobs j
 LEFT JOIN LATERAL (
     SELECT r.id, r.finished_at, r.schedule_slot, r.business_date
@@ -73,4 +80,9 @@ LEFT JOIN LATERAL (
     WHERE r.job_name = j.job_name
       AND r.status IN ('pending', 'running', 'failed')
       AND r.schedule_slot <= now()
-) uf ON true;
+) uf ON true
+LEFT JOIN LATERAL (
+    SELECT min(m.schedule_slot) AS oldest
+    FROM runner.missing_slots_v1(now(), j.job_name) m
+    WHERE m.state IN ('never_started', 'fanout_failed')
+) ms ON true;
