@@ -104,8 +104,8 @@ class Credentials:
     # -- the session cookie: {"u": name, "r": role, "e": expiry}, HMAC-SHA256 signed --------
 
     def session_cookie(self, user: User, now: float | None = None) -> str:
-        payload = json.dumps({"u": user.name, "r": user.role,
-                              "e": int((now or time.time()) + self.session_seconds)}, separators=(",", ":"))
+        expiry = int((time.time() if now is None else now) + self.session_seconds)
+        payload = json.dumps({"u": user.name, "r": user.role, "e": expiry}, separators=(",", ":"))
         body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
         return f"{body}.{self._sign(body)}"
 
@@ -120,7 +120,7 @@ class Credentials:
             name, role, expiry = str(data["u"]), str(data["r"]), int(data["e"])
         except (ValueError, KeyError, TypeError):
             return None
-        if expiry < (now or time.time()) or role not in ROLES:
+        if expiry < (time.time() if now is None else now) or role not in ROLES:
             return None
         # a session outlives no token: its user must still be configured with that role
         if not any(u.name == name and u.role == role for _, u in self.tokens):
