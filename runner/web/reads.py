@@ -95,48 +95,57 @@ class Grid:
         }
 
 
-def job_grid(conn: psycopg.Connection[Any], job_name: str, now: datetime) -> Grid:
+def job_grid(conn: psycopg.Connection[Any], job_name: str,
+             now: datetime) -> tuple[Grid, list[dict[str, Any]]]:
     """Slots x partitions of the last GRID_DAYS days (newest GRID_SLOTS slots), coloured by
-    the run's status, ``missing`` where the gap scan expects a run and there is none."""
+    the run's status, ``missing`` where the gap scan expects a run and there is none; and
+    the timings of those slots (oldest first) for the chart."""
     since = now - timedelta(days=GRID_DAYS)
     window = {"job_name": job_name, "since": since, "until": now}
-    run_slots = [r["schedule_slot"] for r in ledger.dict_rows(
-        conn, Q["job_window_slots"], {**window, "limit": GRID_SLOTS})]
+    stats = ledger.dict_rows(conn, Q["job_slot_stats"], window)
     missing = ledger.dict_rows(conn, Q["job_missing"], {**window, "limit": GRID_SLOTS * GRID_PARTITIONS})
-    slots = sorted({*run_slots, *(m["schedule_slot"] for m in missing)}, reverse=True)[:GRID_SLOTS]
+    slots = sorted({*(s["schedule_slot"] for s in stats), *(m["schedule_slot"] for m in missing)},
+                   reverse=True)[:GRID_SLOTS]
     shown = set(slots)
+    counts: dict[datetime, dict[str, int]] = {s: {} for s in slots}
+    timing: dict[datetime, dict[str, Any]] = {}
+    for s in stats:
+        slot = s["schedule_slot"]
+        if slot not in shown:
+            continue
+        counts[slot][s["status"]] = s["runs"]
+        t = timing.setdefault(slot, {"schedule_slot": slot, "duration_s": None, "start_lag_s": None})
+        for key in ("duration_s", "start_lag_s"):
+            if s[key] is not None:
+                t[key] = s[key] if t[key] is None else max(t[key], s[key])
     partitions: list[str] | None = [r["partition_key"] for r in ledger.dict_rows(
-        conn, Q["job_window_partitions"], {**window, "limit": GRID_PARTITIONS + 1})]
-    for m in missing:
-        if partitions is not None and m["partition_key"] is not None and m["partition_key"] not in partitions:
-            partitions.append(m["partition_key"])
+        conn, Q["job_slot_partitions"], {"job_name": job_name, "slots": slots[:3],
+                                         "limit": GRID_PARTITIONS + 1})]
     assert partitions is not None
-    if len(partitions) > GRID_PARTITIONS:
+    missing_keys = {m["partition_key"] for m in missing if m["schedule_slot"] in shown}
+    if len(set(partitions) | {k or "" for k in missing_keys}) > GRID_PARTITIONS:
         partitions = None
     cells: dict[tuple[datetime, str], dict[str, Any]] = {}
-    counts: dict[datetime, dict[str, int]] = {s: {} for s in slots}
     if partitions is not None:
+        keys = set(partitions)
         for r in ledger.dict_rows(conn, Q["job_cells"], {"job_name": job_name, "slots": slots}):
             cells[(r["schedule_slot"], r["partition_key"])] = {"status": r["status"], "run_id": r["id"]}
-            bucket = counts[r["schedule_slot"]]
-            bucket[r["status"]] = bucket.get(r["status"], 0) + 1
-    else:
-        for r in ledger.dict_rows(conn, Q["job_slot_counts"], {"job_name": job_name, "slots": slots}):
-            counts[r["schedule_slot"]][r["status"]] = r["runs"]
+            keys.add(r["partition_key"])
+        if len(keys | {k or "" for k in missing_keys}) > GRID_PARTITIONS:
+            partitions, cells = None, {}
+        else:
+            partitions = sorted(keys | {k or "" for k in missing_keys})
     for m in missing:
         if m["schedule_slot"] not in shown:
             continue
-        key = m["partition_key"] if m["partition_key"] is not None else ""
         if partitions is not None:
-            if key not in partitions:
-                partitions.append(key)
-            cells[(m["schedule_slot"], key)] = {"status": "missing", "run_id": None}
+            cells[(m["schedule_slot"], m["partition_key"] or "")] = {"status": "missing", "run_id": None}
         bucket = counts[m["schedule_slot"]]
         bucket["missing"] = bucket.get("missing", 0) + 1
-    if partitions is not None:
-        partitions.sort()
     worst = {s: next((st for st in SEVERITY if c.get(st)), "none") for s, c in counts.items()}
-    return Grid(slots=slots, partitions=partitions, cells=cells, counts=counts, worst=worst)
+    timings = [timing[s] for s in sorted(timing) if timing[s]["duration_s"] is not None
+               or timing[s]["start_lag_s"] is not None]
+    return Grid(slots=slots, partitions=partitions, cells=cells, counts=counts, worst=worst), timings
 
 
 def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str) -> dict[str, Any]:
@@ -144,11 +153,7 @@ def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str) -> dic
     report = operate.status(conn, app, job_name)
     if not report.jobs:
         raise NotFound(f"no job {job_name!r} in the ledger")
-    grid = job_grid(conn, job_name, report.now)
-    since = report.now - timedelta(days=GRID_DAYS)
-    timings = ledger.dict_rows(conn, Q["job_timings"], {
-        "job_name": job_name, "since": since, "until": report.now, "limit": GRID_SLOTS})
-    timings.reverse()
+    grid, timings = job_grid(conn, job_name, report.now)
     runs = ledger.dict_rows(conn, Q["job_runs"], {"job_name": job_name, "status": None, "limit": 50})
     [awaiting] = ledger.dict_rows(conn, Q["job_awaiting"], {"job_name": job_name})
     return {"now": report.now, "job": report.jobs[0], "alerts": report.alerts, "grid": grid,

@@ -3,21 +3,24 @@
 -- approvals, backfill), so through the same action functions. Each read is bounded (a
 -- LIMIT, a time window on an indexed column): no page costs more as the ledger ages.
 
--- name: job_window_partitions
--- The distinct partitions with a run of the job in the window (one more than the grid shows
--- one by one: beyond that, the grid shows counts per slot).
+-- name: job_slot_stats
+-- The job's slots in the window (one pass over its runs there, on the (job, slot) index):
+-- per slot and status, the runs, the longest run and the latest start after the slot, in
+-- seconds. The grid's columns, its counts per slot, and the duration/lag chart.
+SELECT r.schedule_slot, r.status, count(*) AS runs,
+       max(extract(epoch FROM r.finished_at - r.started_at))::float8 AS duration_s,
+       max(extract(epoch FROM r.started_at - r.schedule_slot))::float8 AS start_lag_s
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s AND r.schedule_slot >= %(since)s AND r.schedule_slot <= %(until)s
+GROUP BY r.schedule_slot, r.status
+
+-- name: job_slot_partitions
+-- The partitions of the job's newest slots (one more than the grid shows one by one: beyond
+-- that, the grid shows counts per slot).
 SELECT DISTINCT r.partition_key
 FROM runner.job_runs r
-WHERE r.job_name = %(job_name)s AND r.schedule_slot >= %(since)s AND r.schedule_slot <= %(until)s
+WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz[])
 ORDER BY r.partition_key
-LIMIT %(limit)s
-
--- name: job_window_slots
--- The newest slots of the job in the window that have a run (the grid's columns).
-SELECT DISTINCT r.schedule_slot
-FROM runner.job_runs r
-WHERE r.job_name = %(job_name)s AND r.schedule_slot >= %(since)s AND r.schedule_slot <= %(until)s
-ORDER BY r.schedule_slot DESC
 LIMIT %(limit)s
 
 -- name: job_cells
@@ -26,13 +29,6 @@ SELECT r.id, r.schedule_slot, r.partition_key, r.status
 FROM runner.job_runs r
 WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz[])
 
--- name: job_slot_counts
--- Per slot, the runs by status (the grid when partitions are many).
-SELECT r.schedule_slot, r.status, count(*) AS runs
-FROM runner.job_runs r
-WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz[])
-GROUP BY r.schedule_slot, r.status
-
 -- name: job_missing
 -- The job's expected slots in the window that no run accounts for and that have no run at
 -- all (the gap scan's never_started and fanout_failed), newest first.
@@ -40,19 +36,6 @@ SELECT m.schedule_slot, m.partition_key, m.state, m.last_error
 FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
 WHERE m.state IN ('never_started', 'fanout_failed') AND m.schedule_slot <= %(until)s
 ORDER BY m.schedule_slot DESC
-LIMIT %(limit)s
-
--- name: job_timings
--- Per slot of the window (newest first): the longest run and the latest start after its slot,
--- in seconds (the duration and lag chart).
-SELECT r.schedule_slot,
-       max(extract(epoch FROM r.finished_at - r.started_at))::float8 AS duration_s,
-       max(extract(epoch FROM r.started_at - r.schedule_slot))::float8 AS start_lag_s
-FROM runner.job_runs r
-WHERE r.job_name = %(job_name)s AND r.schedule_slot >= %(since)s AND r.schedule_slot <= %(until)s
-  AND r.started_at IS NOT NULL
-GROUP BY r.schedule_slot
-ORDER BY r.schedule_slot DESC
 LIMIT %(limit)s
 
 -- name: job_runs

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +367,46 @@ def test_a_backfill_with_the_app_shows_its_dry_run_then_creates_the_plan(ledger:
         assert client.get(f"/api/backfills/{plan_id}", headers=VIEW).json()["status"] == "running"
     row = requests_rows(ledger.admin)[-1]
     assert (row["action"], row["who"], row["reason"]) == ("backfill", "web:operator", "replay the morning")
+
+
+# -- the job grid and the gaps filter --------------------------------------------------------------
+
+
+def test_the_job_grid_shows_cells_then_counts_when_partitions_are_many(ledger: Ledger) -> None:
+    import psycopg
+
+    with console(ledger.operator) as client:
+        grid = client.get(f"/api/job?name={HOSTILE_JOB}", headers=VIEW).json()["grid"]
+        assert grid["aggregated"] is False and grid["partitions"] == ['"><img src=x onerror=alert("part")>', "b"]
+        statuses = {(c["partition"], c["status"]) for c in grid["cells"]}
+        assert {(HOSTILE_PART, "dead"), ("b", "succeeded"), (HOSTILE_PART, "awaiting_approval")} <= statuses
+        assert ("b", "missing") in statuses  # an expected slot x partition with no run
+        with psycopg.connect(ledger.admin, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date, window_start,"
+                " window_end, status, trigger, attempt, fence, idempotency_key)"
+                " SELECT %s, %s, format('p%%s', i), '2026-01-01', now(), now(), 'pending', 'schedule', 0, 0, 'k'"
+                " FROM generate_series(1, 50) i", (HOSTILE_JOB, ledger.ids["succeeded_slot"]))
+        data = client.get(f"/api/job?name={HOSTILE_JOB}", headers=VIEW).json()
+        grid = data["grid"]
+        assert grid["aggregated"] is True and grid["partitions"] is None and grid["cells"] == []
+        at_slot = next(c["statuses"] for c in grid["counts"]
+                       if datetime.fromisoformat(c["slot"]) == ledger.ids["succeeded_slot"])
+        assert at_slot == {"pending": 50, "dead": 1, "succeeded": 1}
+        login(client)
+        page = client.get(f"/job?name={HOSTILE_JOB}").text
+        assert "runs by status" in page and "pending</span> 50" in page
+
+
+def test_gaps_filter_by_job_state_and_time(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        everything = client.get("/api/gaps", headers=VIEW).json()["gaps"]
+        assert {g["state"] for g in everything} >= {"dead", "awaiting_approval", "never_started"}
+        dead = client.get("/api/gaps", headers=VIEW, params={"job": HOSTILE_JOB, "state": "dead"}).json()["gaps"]
+        assert [g["run_id"] for g in dead] == [ledger.ids["dead"]]
+        slot = ledger.ids["dead_slot"].isoformat()
+        before = client.get("/api/gaps", headers=VIEW, params={"until": slot}).json()["gaps"]
+        assert before and all(datetime.fromisoformat(g["schedule_slot"]) < ledger.ids["dead_slot"] for g in before)
+        assert client.get("/api/gaps", headers=VIEW, params={"job": "quiet"}).json()["gaps"] == []
+        assert client.get("/api/gaps", headers=VIEW, params={"state": "<bogus>"}).status_code == 400
+        assert client.get("/api/gaps", headers=VIEW, params={"since": "yesterday"}).status_code == 400
