@@ -164,6 +164,9 @@ class Console:
     def _pool(self, url: str, name: str, read_only: bool) -> ConnectionPool:
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute("SET TIME ZONE 'UTC'")
+            # the views' laterals carry large cost estimates: compiling them (JIT) costs more
+            # than running them, on every page
+            conn.execute("SET jit = off")
             if read_only:  # a page never waits long, and never writes
                 conn.execute("SET statement_timeout = '15s'")
                 conn.execute("SET default_transaction_read_only = on")
