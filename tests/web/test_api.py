@@ -410,3 +410,17 @@ def test_gaps_filter_by_job_state_and_time(ledger: Ledger) -> None:
         assert client.get("/api/gaps", headers=VIEW, params={"job": "quiet"}).json()["gaps"] == []
         assert client.get("/api/gaps", headers=VIEW, params={"state": "<bogus>"}).status_code == 400
         assert client.get("/api/gaps", headers=VIEW, params={"since": "yesterday"}).status_code == 400
+
+
+def test_runner_web_refuses_to_start_without_a_credential(ledger: Ledger) -> None:
+    import os
+
+    from tests.support import run_cli
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_WEB_")}
+    done = run_cli("web", "--database-url", ledger.operator, "--port", "1", env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("runner: error: no credential configured")
+    assert ledger.password not in done.stderr
+    short = run_cli("web", "--database-url", ledger.operator, "--port", "1", env={**env, "RUNNER_WEB_TOKEN": "short"})
+    assert short.returncode == 1 and "at least 16 characters" in short.stderr
