@@ -77,3 +77,21 @@ def test_lag_takes_the_older_of_unfinished_and_missing(tx: psycopg.Connection[An
     assert h["oldest_unfinished_slot"] == failed_slot
     assert h["oldest_missing_slot"] is not None and h["oldest_missing_slot"] > failed_slot
     assert h["lag"] == now - failed_slot
+
+
+def test_lag_counts_the_holes_below_the_gap_scans_watermark(tx: psycopg.Connection[Any]) -> None:
+    make_minutely_job(tx, "holes", hours=4)
+    succeed(tx, "holes", "SELECT job_name, schedule_slot FROM runner.missing_slots"
+                         " WHERE job_name = %s AND schedule_slot < now() - interval '3 hours'")
+    tx.execute("SELECT runner.advance_watermarks_v1()")  # what every runner's loop does
+    assert tx.execute("SELECT count(*) FROM runner.gap_holes WHERE job_name = 'holes'").fetchone()[0] > 100
+    now = tx.execute("SELECT now()").fetchone()[0]
+    first, second = (r[0] for r in tx.execute(
+        "SELECT schedule_slot FROM runner.missing_slots WHERE job_name = 'holes' ORDER BY 1 LIMIT 2"))
+    h = health(tx, "holes")
+    assert h["oldest_missing_slot"] == first and h["lag"] == now - first
+    # the oldest hole gets a run (a backfill): the lag moves to the next one, before any advance
+    succeed(tx, "holes", "SELECT job_name, schedule_slot FROM runner.missing_slots"
+                         " WHERE job_name = %s ORDER BY schedule_slot LIMIT 1")
+    h = health(tx, "holes")
+    assert h["oldest_missing_slot"] == second and h["lag"] == now - second

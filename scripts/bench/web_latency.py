@@ -5,7 +5,8 @@
 Creates a scratch database, migrates it, registers `--jobs` hourly jobs tracked from as far
 back as their share of `--rows` needs, plus one job `wide` with 1,000 static partitions over
 the last 7 days (the grid's aggregated case), and INSERTs the runs with generate_series: mostly
-succeeded, one in 97 failed, one in 89 dead, and a hole of 5 slots per job left without a run
+succeeded, one in 89 dead and one in 97 failed (waiting for a retry: in the last 48 slots;
+older ones went dead), and a hole of 5 slots per job left without a run
 (the gap scan lists them). Advances the gap-scan watermarks once (as a running runner does),
 then starts a real `runner web` subprocess and times each page over HTTP (`--repeat` times
 after one warm-up request): the full response, server render included. Prints one JSON line
@@ -59,12 +60,15 @@ INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_da
                              window_end, status, trigger, attempt, fence, idempotency_key, started_at,
                              finished_at, next_attempt_at, last_error, processed_count)
 SELECT j.job_name, s.slot, '', s.slot::date, s.slot, s.slot,
-       CASE WHEN (s.n + j.k) %% 89 = 0 THEN 'dead' WHEN (s.n + j.k) %% 97 = 0 THEN 'failed' ELSE 'succeeded' END,
+       CASE WHEN (s.n + j.k) %% 89 = 0 THEN 'dead'
+            WHEN (s.n + j.k) %% 97 = 0 THEN CASE WHEN s.n >= %(per_job)s - 48 THEN 'failed' ELSE 'dead' END
+            ELSE 'succeeded' END,
        'schedule', 1, 1, 'k', s.slot + interval '2 seconds',
-       CASE WHEN (s.n + j.k) %% 97 = 0 AND (s.n + j.k) %% 89 <> 0 THEN NULL
+       CASE WHEN (s.n + j.k) %% 97 = 0 AND (s.n + j.k) %% 89 <> 0 AND s.n >= %(per_job)s - 48 THEN NULL
             ELSE s.slot + make_interval(secs => 5 + (s.n %% 40)) END,
-       CASE WHEN (s.n + j.k) %% 97 = 0 AND (s.n + j.k) %% 89 <> 0 THEN now() + interval '1 hour' END,
-       CASE WHEN (s.n + j.k) %% 89 = 0 THEN 'RuntimeError: upstream refused' END, 100
+       CASE WHEN (s.n + j.k) %% 97 = 0 AND (s.n + j.k) %% 89 <> 0 AND s.n >= %(per_job)s - 48
+            THEN now() + interval '1 hour' END,
+       CASE WHEN (s.n + j.k) %% 89 = 0 OR (s.n + j.k) %% 97 = 0 THEN 'RuntimeError: upstream refused' END, 100
 FROM (SELECT job_name, track_from, row_number() OVER (ORDER BY job_name) AS k
       FROM runner.jobs WHERE job_name <> 'wide') j
 CROSS JOIN LATERAL (
@@ -145,10 +149,12 @@ def main() -> None:
             total = conn.execute("SELECT count(*) FROM runner.job_runs").fetchone()[0]  # type: ignore[index]
             dead = conn.execute("SELECT max(id) FROM runner.job_runs WHERE status = 'dead'"
                                 " AND job_name = 'job_0001'").fetchone()[0]  # type: ignore[index]
+        server_log = open(f"/tmp/{dbname}.web.log", "w")  # noqa: SIM115 (closed with the process)
+        print(f"runner web's log: {server_log.name}", file=sys.stderr)
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "runner", "web", "--database-url", url, "--port", str(port),
                                  "--log-level", "WARNING"], cwd=REPO, env={**os.environ, "RUNNER_WEB_TOKEN": TOKEN},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=server_log)
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:

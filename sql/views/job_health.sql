@@ -13,7 +13,9 @@
 --   oldest_unfinished_slot  the oldest due slot with a run still pending, running or failed
 --   oldest_missing_slot     the oldest expected slot that never started (no run at all, or
 --                           its fan-out failed: states never_started and fanout_failed of
---                           runner.missing_slots_v1 for this job)
+--                           the gap scan): below the scan's watermark, the oldest hole it
+--                           recorded (runner.gap_holes) that still has no run; above it,
+--                           runner.missing_slots_v1 narrowed to the slots since the watermark
 --   lag                     now minus the older of those two slots (0 when there is neither):
 --                           how far behind the job is. Slots that never started count (since
 --                           revision 0009_web): a job whose runners were all down for an hour
@@ -81,8 +83,20 @@ LEFT JOIN LATERAL (
       AND r.status IN ('pending', 'running', 'failed')
       AND r.schedule_slot <= now()
 ) uf ON true
+LEFT JOIN runner.gap_watermarks w ON w.job_name = j.job_name AND w.track_from = j.track_from
 LEFT JOIN LATERAL (
-    SELECT min(m.schedule_slot) AS oldest
-    FROM runner.missing_slots_v1(now(), j.job_name) m
-    WHERE m.state IN ('never_started', 'fanout_failed')
+    -- below the gap scan's watermark: the oldest hole it recorded that still has no run; above
+    -- it: the scan's never-started slots since the watermark (the scan narrowed to them, so
+    -- its cost follows the slots since the last advance, not the ledger's age)
+    SELECT least(
+        (SELECT min(h.schedule_slot)
+         FROM runner.gap_holes h
+         WHERE h.job_name = j.job_name AND h.schedule_slot >= j.track_from
+           AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                           WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
+                             AND (h.whole_slot OR r.partition_key = h.partition_key))),
+        (SELECT min(m.schedule_slot)
+         FROM runner.missing_slots_v1(now(), j.job_name, w.complete_through) m
+         WHERE m.state IN ('never_started', 'fanout_failed'))) AS oldest
+    OFFSET 0  -- computed once per job (lag and oldest_missing_slot both use it)
 ) ms ON true;
