@@ -219,8 +219,10 @@ def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
     return data
 
 
-def alerts(conn: psycopg.Connection[Any], job_name: str | None = None) -> dict[str, Any]:
-    return {"alerts": ledger.dict_rows(conn, QO["alerts"], {"job_name": job_name})}
+def alerts(conn: psycopg.Connection[Any], job_name: str | None = None, limit: int = 500) -> dict[str, Any]:
+    """The Alerts page: runner.alerts, newest first, at most ``limit``."""
+    rows = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name, "limit": limit + 1})
+    return {"alerts": rows[:limit], "truncated": len(rows) > limit, "limit": limit}
 
 
 def requests(conn: psycopg.Connection[Any], job_name: str | None = None, before_id: int | None = None,

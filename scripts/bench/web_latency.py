@@ -5,8 +5,9 @@
 Creates a scratch database, migrates it, registers `--jobs` hourly jobs tracked from as far
 back as their share of `--rows` needs, plus one job `wide` with 1,000 static partitions over
 the last 7 days (the grid's aggregated case), and INSERTs the runs with generate_series: mostly
-succeeded, one in 89 dead and one in 97 failed (waiting for a retry: in the last 48 slots;
-older ones went dead), and a hole of 5 slots per job left without a run
+succeeded; one slot in 89 and one in 97 had a problem: failed (waiting for a retry) in the
+job's last 48 slots, dead in its last `--unhandled-slots` (default 168: a week), skipped
+(handled by an operator) before that; and a hole of 5 slots per job left without a run
 (the gap scan lists them). Advances the gap-scan watermarks once (as a running runner does),
 then starts a real `runner web` subprocess and times each page over HTTP (`--repeat` times
 after one warm-up request): the full response, server render included. Prints one JSON line
@@ -60,8 +61,10 @@ INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_da
                              window_end, status, trigger, attempt, fence, idempotency_key, started_at,
                              finished_at, next_attempt_at, last_error, processed_count)
 SELECT j.job_name, s.slot, '', s.slot::date, s.slot, s.slot,
-       CASE WHEN (s.n + j.k) %% 89 = 0 THEN 'dead'
-            WHEN (s.n + j.k) %% 97 = 0 THEN CASE WHEN s.n >= %(per_job)s - 48 THEN 'failed' ELSE 'dead' END
+       CASE WHEN (s.n + j.k) %% 89 = 0 OR (s.n + j.k) %% 97 = 0 THEN
+                CASE WHEN (s.n + j.k) %% 97 = 0 AND s.n >= %(per_job)s - 48 THEN 'failed'
+                     WHEN s.n >= %(per_job)s - %(unhandled)s THEN 'dead'
+                     ELSE 'skipped' END  -- older problems were handled (skipped by an operator)
             ELSE 'succeeded' END,
        'schedule', 1, 1, 'k', s.slot + interval '2 seconds',
        CASE WHEN (s.n + j.k) %% 97 = 0 AND (s.n + j.k) %% 89 <> 0 AND s.n >= %(per_job)s - 48 THEN NULL
@@ -111,7 +114,7 @@ def get(url: str) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def seed(url: str, rows: int, jobs: int) -> dict[str, float]:
+def seed(url: str, rows: int, jobs: int, unhandled: int) -> dict[str, float]:
     per_job = max(rows // jobs, 120)
     timings = {}
     with psycopg.connect(url, autocommit=True) as conn:
@@ -120,7 +123,7 @@ def seed(url: str, rows: int, jobs: int) -> dict[str, float]:
                                 ("analyze", "ANALYZE"),
                                 ("watermarks", "SELECT runner.advance_watermarks_v1()")]:
             start = time.perf_counter()
-            conn.execute(statement, {"jobs": jobs, "per_job": per_job})
+            conn.execute(statement, {"jobs": jobs, "per_job": per_job, "unhandled": unhandled})
             timings[name] = round(time.perf_counter() - start, 1)
             print(f"seed {name}: {timings[name]} s", file=sys.stderr, flush=True)
     return timings
@@ -131,6 +134,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--unhandled-slots", type=int, default=168,
+                        help="dead runs stay dead in each job's newest N slots; older ones were skipped")
     parser.add_argument("--dsn", default=os.environ.get("BENCH_DSN", DEFAULT_DSN))
     args = parser.parse_args()
 
@@ -144,7 +149,7 @@ def main() -> None:
     try:
         subprocess.run([sys.executable, "-m", "runner", "db", "upgrade", "--database-url", url],
                        check=True, cwd=REPO, capture_output=True)
-        seeded = seed(url, args.rows, args.jobs)
+        seeded = seed(url, args.rows, args.jobs, args.unhandled_slots)
         with psycopg.connect(url, autocommit=True) as conn:
             total = conn.execute("SELECT count(*) FROM runner.job_runs").fetchone()[0]  # type: ignore[index]
             dead = conn.execute("SELECT max(id) FROM runner.job_runs WHERE status = 'dead'"

@@ -93,3 +93,12 @@ LIMIT %(limit)s
 -- name: login_role
 -- Who the console's action connection is (shown on the Jobs page, never the password).
 SELECT current_user AS role, current_database() AS database
+
+-- name: alerts
+-- runner.alerts (what `runner status` lists), newest first, bounded: the page shows the
+-- first `limit` (one more tells that there are more).
+SELECT a.kind, a.job_name, a.owner, a.run_id, a.detail, a.since
+FROM runner.alerts a
+WHERE (%(job_name)s::text IS NULL OR a.job_name = %(job_name)s)
+ORDER BY a.since DESC NULLS LAST, a.kind, a.job_name, a.run_id
+LIMIT %(limit)s
