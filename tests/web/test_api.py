@@ -424,3 +424,24 @@ def test_runner_web_refuses_to_start_without_a_credential(ledger: Ledger) -> Non
     assert ledger.password not in done.stderr
     short = run_cli("web", "--database-url", ledger.operator, "--port", "1", env={**env, "RUNNER_WEB_TOKEN": "short"})
     assert short.returncode == 1 and "at least 16 characters" in short.stderr
+
+
+def test_a_token_file_names_each_person_and_their_role(ledger: Ledger, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# name role token\nalice operator alice-token-0123456789\nbob viewer bob-token-0123456789ab\n")
+    creds = auth.credentials(token_file=tokens, environ={})
+    with console(ledger.operator, creds) as client:
+        alice = {"Authorization": "Bearer alice-token-0123456789"}
+        bob = {"Authorization": "Bearer bob-token-0123456789ab"}
+        assert client.get("/api/whoami", headers=bob).json() == {
+            "name": "bob", "role": "viewer", "who": "web:bob", "actions": False}
+        assert client.post("/api/jobs/pause", headers=bob, json={"job": HOSTILE_JOB, "reason": "x"}).status_code == 403
+        done = client.post("/api/jobs/pause", headers=alice, json={"job": HOSTILE_JOB, "reason": "alice's call"})
+        assert done.status_code == 200 and done.json()["request"]["who"] == "web:alice"
+    assert requests_rows(ledger.admin)[-1]["who"] == "web:alice"
+    tokens.write_text("alice admin alice-token-0123456789\n")
+    with pytest.raises(auth.AuthConfigError, match="NAME ROLE TOKEN"):
+        auth.credentials(token_file=tokens, environ={})
+    tokens.write_text("just-one-operator-token-0123\n")
+    [(_, user)] = auth.credentials(token_file=tokens, environ={}).tokens
+    assert (user.name, user.role) == ("operator", "operator")
