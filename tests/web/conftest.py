@@ -4,7 +4,6 @@ role limits are part of every test)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -100,10 +99,3 @@ def requests_rows(url: str) -> list[dict[str, Any]]:
         cur.execute("SELECT id, action, job_name, who, reason, db_user, touched FROM runner.requests ORDER BY id")
         names = [c.name for c in cur.description or ()]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-@pytest.fixture
-def env_tokens(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("RUNNER_WEB_TOKEN", OPERATOR_TOKEN)
-    monkeypatch.setenv("RUNNER_WEB_VIEWER_TOKEN", VIEWER_TOKEN)
-    yield
