@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import date, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import psycopg
@@ -1206,6 +1207,76 @@ def skip(
 
 
 # == end of backfills and approvals =======================================================
+
+
+# == the operator console (logic in runner/web/) ==========================================
+
+
+@app.command()
+def web(
+    app_spec: AppOpt = None,
+    database_url: DbOpt = None,
+    read_database_url: Annotated[str | None, typer.Option(
+        "--read-database-url", envvar="RUNNER_WEB_READ_DATABASE_URL",
+        help="the pages read from this URL (e.g. a replica); actions always use --database-url")] = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8080,
+    token_file: Annotated[Path | None, typer.Option(
+        help="tokens: lines NAME ROLE TOKEN (ROLE viewer or operator), or one bare operator token")] = None,
+    trust_proxy_header: Annotated[str | None, typer.Option(
+        help="take the user from this header set by a reverse proxy (e.g. X-Forwarded-User)")] = None,
+    proxy_operator: Annotated[list[str] | None, typer.Option(
+        help="a proxy user who may act (repeatable); other proxy users are viewers")] = None,
+    open_reads: Annotated[bool, typer.Option(
+        help="let anyone read the pages and GET /api/ without a credential (never actions)")] = False,
+    secure_cookies: Annotated[bool, typer.Option(
+        help="mark cookies Secure (behind a TLS-terminating proxy)")] = False,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+) -> None:
+    """The operator console: pages and a JSON API over the ledger (runner/web/)."""
+    import uvicorn
+
+    from runner.web import app as web_app
+    from runner.web.auth import AuthConfigError, credentials
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        fail(f"--log-level must be one of DEBUG, INFO, WARNING, ERROR, got {log_level!r}", 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+
+    def check(url: str) -> str | None:
+        conn = _connect(DatabaseChoice(url, "web"))
+        try:
+            migrate.check_schema(conn, url)
+            return migrate.privilege_warning(conn, "runner web", "operator")
+        finally:
+            conn.close()
+
+    with _errors():
+        try:
+            creds = credentials(token_file, trust_proxy_header, tuple(proxy_operator or ()), open_reads,
+                                secure_cookies)
+        except AuthConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        runner_app = load_app(app_spec) if app_spec else None
+        choice = _resolve_db(database_url)
+        try:
+            config = web_app.prepare(choice.url, read_database_url, creds, runner_app, check)
+        except AuthConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    log = logging.getLogger("runner.web")
+    if config.privilege_warning:
+        log.warning("privileged login: %s", config.privilege_warning)
+    if not creds.can_anyone_act:
+        log.warning("no operator credential configured: actions are off")
+    if creds.proxy_header and host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("--trust-proxy-header with --host %s: anyone who reaches this port directly can "
+                    "claim any user; listen on 127.0.0.1 behind the proxy", host)
+    log.info("runner web on http://%s:%s (ledger %s)", host, port, redact(choice.url))
+    uvicorn.run(web_app.create_app(config), host=host, port=port, log_level=log_level.lower(),
+                access_log=False, server_header=False, proxy_headers=False)
+
+
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0009_retention"
+HEAD = "0010_web"
 
 # `runner db upgrade` (and `alembic upgrade`, through migrations/env.py) holds the session-level
 # advisory lock (lock namespace, MIGRATE_LOCK_KEY) while it migrates, so that two deploys never
@@ -145,15 +145,16 @@ def describe_schema(conn: psycopg.Connection[Any]) -> str:
     return "\n".join(out).strip() + "\n"
 
 
-def privilege_warning(conn: psycopg.Connection[Any]) -> str | None:
+def privilege_warning(conn: psycopg.Connection[Any], command: str = "runner start",
+                      role: str = "worker") -> str | None:
     """One line when the session runs as a superuser or as the owner of the runner schema
-    (which `runner start` should not: see sql/roles.sql), else None."""
+    (which `runner start`, or `runner web`, should not: see sql/roles.sql), else None."""
     from runner.sqlfiles import queries
 
     row = conn.execute(queries("schema")["login_privileges"]).fetchone()
     if row is None:
         return None
-    role, superuser, owner, owner_name = row
+    login, superuser, owner, owner_name = row
     if superuser:
         what = "a superuser (it bypasses every role check and the audit's append-only trigger)"
     elif owner:
@@ -161,5 +162,5 @@ def privilege_warning(conn: psycopg.Connection[Any]) -> str | None:
                 "trigger, and every role check)")
     else:
         return None
-    return (f"connected as {role}, {what}; run `runner start` as a login in the worker role "
+    return (f"connected as {login}, {what}; run `{command}` as a login in the {role} role "
             "(sql/roles.sql) and the migrations as the owner")

@@ -21,7 +21,7 @@ UPGRADE = [
     "views/missing_slots.sql",
     "functions/advance_watermarks_v1.sql",
     "functions/check_v1.sql",
-    "views/job_health.sql",
+    "revisions/0009_retention.job_health.sql",
     "views/alerts.sql",
     "functions/retire_job_v1.sql",
     "functions/prune_v1.sql",

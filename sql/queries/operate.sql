@@ -27,9 +27,10 @@ SELECT EXISTS (
 ) AS present
 
 -- name: missing_counts
+-- runner.missing_slots is runner.missing_slots_v1(now()); given the job, the scan expands only
+-- that job's slots (the view, filtered, would scan every job's).
 SELECT m.job_name, count(*) AS missing
-FROM runner.missing_slots m
-WHERE (%(job_name)s::text IS NULL OR m.job_name = %(job_name)s)
+FROM runner.missing_slots_v1(now(), %(job_name)s::text) m
 GROUP BY m.job_name
 
 -- name: find_run

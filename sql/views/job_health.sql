@@ -11,13 +11,21 @@
 --   dead_24h                runs that went dead in the last 24 hours (all dead runs are in
 --                           runner.alerts until a human reruns or skips them)
 --   oldest_unfinished_slot  the oldest due slot with a run still pending, running or failed
---   lag                     now minus that slot (0 when nothing is unfinished)
+--   oldest_missing_slot     the oldest expected slot that never started (no run at all, or
+--                           its fan-out failed: states never_started and fanout_failed of
+--                           the gap scan): below the scan's watermark, the oldest hole it
+--                           recorded (runner.gap_holes) that still has no run; above it,
+--                           runner.missing_slots_v1 narrowed to the slots since the watermark
+--   lag                     now minus the older of those two slots (0 when there is neither):
+--                           how far behind the job is. Slots that never started count (since
+--                           revision 0010_web): a job whose runners were all down for an hour
+--                           is an hour behind even though no run of it is unfinished.
 --   retired_at              when the job was retired (runner retire; revision 0009), NULL
 --                           while it is not: its slots after that are not expected
 --
 -- The missing-slot count (runner.missing_slots) and the next slot (computed from the job's
--- definition in Python) are added by `runner status`; this view depends on neither.
-CREATE VIEW runner.job_health AS
+-- definition in Python) are added by `runner status`.
+CREATE OR REPLACE VIEW runner.job_health AS
 SELECT j.job_name,
        j.options ->> 'owner' AS owner,
        j.paused,
@@ -33,8 +41,9 @@ SELECT j.job_name,
        day.failed AS failed_24h,
        day.dead AS dead_24h,
        uf.oldest AS oldest_unfinished_slot,
-       coalesce(now() - uf.oldest, interval '0') AS lag,
-       j.retired_at
+       coalesce(now() - least(uf.oldest, ms.oldest), interval '0') AS lag,
+       j.retired_at,
+       ms.oldest AS oldest_missing_slot
 FROM runner.jobs j
 LEFT JOIN LATERAL (
     SELECT r.id, r.finished_at, r.schedule_slot, r.business_date
@@ -76,4 +85,21 @@ LEFT JOIN LATERAL (
     WHERE r.job_name = j.job_name
       AND r.status IN ('pending', 'running', 'failed')
       AND r.schedule_slot <= now()
-) uf ON true;
+) uf ON true
+LEFT JOIN runner.gap_watermarks w ON w.job_name = j.job_name AND w.track_from = j.track_from
+LEFT JOIN LATERAL (
+    -- below the gap scan's watermark: the oldest hole it recorded that still has no run; above
+    -- it: the scan's never-started slots since the watermark (the scan narrowed to them, so
+    -- its cost follows the slots since the last advance, not the ledger's age)
+    SELECT least(
+        (SELECT min(h.schedule_slot)
+         FROM runner.gap_holes h
+         WHERE h.job_name = j.job_name AND h.schedule_slot >= j.track_from
+           AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                           WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
+                             AND (h.whole_slot OR r.partition_key = h.partition_key))),
+        (SELECT min(m.schedule_slot)
+         FROM runner.missing_slots_v1(now(), j.job_name, w.complete_through) m
+         WHERE m.state IN ('never_started', 'fanout_failed'))) AS oldest
+    OFFSET 0  -- computed once per job (lag and oldest_missing_slot both use it)
+) ms ON true;

@@ -1,0 +1,564 @@
+"""The operator console: an ASGI app (Starlette) of pages and a JSON API over the ledger.
+
+Pages and API share their code: every page renders what a function of runner/web/reads.py
+returned, and ``GET /api/...`` returns the same data as JSON; every action, from a form or
+``POST /api/...``, goes through runner/web/actions.py, i.e. the CLI's own plan and action
+functions. Who may do what is runner/web/auth.py.
+
+Two connection pools: reads (``--read-database-url``, e.g. a replica; else the main URL)
+and actions (``--database-url``, which should be a login in the operator role of
+sql/roles.sql: SELECT and the action functions, nothing else). The action pool is not even
+opened when no operator credential is configured.
+
+Every response carries a strict Content-Security-Policy (no inline script or style; nothing
+from elsewhere), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'``, ``nosniff`` and
+``no-store``. Templates are autoescaped: names, partition keys, errors and reasons from the
+ledger are shown as text. No page or answer holds a password: the database URL is shown
+redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import psycopg
+from jinja2 import Environment, PackageLoader, select_autoescape
+from psycopg_pool import ConnectionPool
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runner import operate
+from runner.app import Runner
+from runner.settings import redact
+from runner.web import actions, auth, charts, reads
+from runner.web.auth import User
+
+log = logging.getLogger("runner.web")
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "font-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+       "base-uri 'none'; object-src 'none'")
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cross-origin-opener-policy": "same-origin",
+    "permissions-policy": "camera=(), microphone=(), geolocation=()",
+}
+MAX_BODY = 64 * 1024
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    database_url: str
+    read_database_url: str | None
+    credentials: auth.Credentials
+    app: Runner | None = None
+    privilege_warning: str | None = None  # shown on every page to operators
+    pool_size: int = 4
+
+
+class SecurityHeaders:
+    """Adds the security headers to every response (pages, API, static files, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = str(scope.get("path", "")).startswith("/static/")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+                if not static:
+                    headers["cache-control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if hasattr(value, "as_dict"):
+        return jsonable(value.as_dict())
+    return str(value)
+
+
+def _span(value: Any) -> str:
+    if not isinstance(value, timedelta):
+        return ""
+    left = int(value.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return " ".join(parts[:2]) or "0s"
+
+
+def _when(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return "" if value is None else str(value)
+
+
+def _query(**params: Any) -> str:
+    return urlencode({k: v.isoformat() if isinstance(v, datetime) else v
+                      for k, v in params.items() if v is not None and v != ""})
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(jsonable(value), ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def templates() -> Environment:
+    env = Environment(loader=PackageLoader("runner.web", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters.update(span=_span, when=_when, pretty=_json_text)
+    env.globals.update(q=_query, statuses=reads.SEVERITY, titles=actions.TITLES)
+    return env
+
+
+class Console:
+    """The running console: its credentials, pools and templates."""
+
+    def __init__(self, config: WebConfig) -> None:
+        self.config = config
+        self.creds = config.credentials
+        self.env = templates()
+        self.read_pool = self._pool(config.read_database_url or config.database_url, "runner-web-read",
+                                    read_only=True)
+        self.act_pool = (self._pool(config.database_url, "runner-web-act", read_only=False)
+                         if self.creds.can_anyone_act else None)
+        self.shown_url = redact(config.database_url)
+        self.shown_read_url = redact(config.read_database_url) if config.read_database_url else None
+
+    def _pool(self, url: str, name: str, read_only: bool) -> ConnectionPool:
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute("SET TIME ZONE 'UTC'")
+            # the views' laterals carry large cost estimates: compiling them (JIT) costs more
+            # than running them, on every page
+            conn.execute("SET jit = off")
+            if read_only:  # a page never waits long, and never writes
+                conn.execute("SET statement_timeout = '15s'")
+                conn.execute("SET default_transaction_read_only = on")
+
+        return ConnectionPool(url, min_size=1, max_size=self.config.pool_size, open=False, name=name,
+                              kwargs={"autocommit": True, "application_name": name, "connect_timeout": 10},
+                              configure=configure)
+
+    @asynccontextmanager
+    async def lifespan(self, _: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(self.read_pool.open, True, 30.0)
+        if self.act_pool is not None:
+            await run_in_threadpool(self.act_pool.open, True, 30.0)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(self.read_pool.close)
+            if self.act_pool is not None:
+                await run_in_threadpool(self.act_pool.close)
+
+    # -- who is asking ----------------------------------------------------------------------
+
+    def user(self, request: Request, api: bool) -> User | None:
+        creds = self.creds
+        if creds.proxy_header is not None:
+            found = creds.by_proxy(request.headers.get(creds.proxy_header))
+            if found is not None:
+                return found
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            return creds.by_token(header[7:].strip())
+        if not api:
+            found = creds.by_session(request.cookies.get(auth.SESSION_COOKIE))
+            if found is not None:
+                return found
+        if creds.open_reads:
+            return User(name="anonymous", role="viewer", via="open")
+        return None
+
+    def same_origin(self, request: Request) -> bool:
+        """A POST's Origin (when the browser sends one) must be this console's."""
+        origin = request.headers.get("origin")
+        if origin is None or origin == "null":
+            return origin is None
+        return urlsplit(origin).netloc == request.headers.get("host", "")
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self.read_pool.connection() as conn:
+            return fn(conn, *args, **kwargs)
+
+    def act(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.act_pool is None:
+            raise PermissionError("actions are off: no operator credential is configured")
+        with self.act_pool.connection() as conn:
+            return fn(conn, *args, **kwargs)
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def render(self, request: Request, name: str, user: User | None, status: int = 200,
+               **context: Any) -> HTMLResponse:
+        csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf_token()
+        body = self.env.get_template(name).render(
+            user=user, csrf=csrf, csrf_field=auth.CSRF_FIELD, path=request.url.path,
+            database=self.shown_url, read_database=self.shown_read_url,
+            warning=self.config.privilege_warning if user and user.can_act else None,
+            actions_on=self.act_pool is not None, **context)
+        response = HTMLResponse(body, status_code=status)
+        if request.cookies.get(auth.CSRF_COOKIE) != csrf:
+            response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=True, samesite="strict",
+                                secure=self.creds.secure_cookies, path="/")
+        return response
+
+
+def _error_text(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return redact(first)
+
+
+def _status_of(exc: BaseException) -> int:
+    if isinstance(exc, reads.NotFound):
+        return 404
+    if isinstance(exc, PermissionError):
+        return 403
+    if isinstance(exc, operate.OperatorError | ValueError):
+        return 400
+    return 500
+
+
+EXPECTED = (reads.NotFound, PermissionError, operate.OperatorError, ValueError, psycopg.Error)
+
+
+def _parse_time(value: str | None, name: str) -> datetime | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"{name} must be an ISO 8601 time, got {value!r}") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{name} must carry an offset, got {value!r}")
+    return parsed
+
+
+def _int(value: str | None, name: str, default: int | None = None, high: int = 10_000) -> int | None:
+    if value is None or not value.strip():
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if not 1 <= number <= high:
+        raise ValueError(f"{name} must be between 1 and {high}")
+    return number
+
+
+# -- the reads of each page, from a request's query ---------------------------------------------
+
+
+def page_reads(console: Console) -> dict[str, Callable[[Request], Any]]:
+    """Page name -> a function of the request that reads its data (pages and API share them)."""
+    q = console.read
+    app = console.config.app
+
+    def jobs(request: Request) -> Any:
+        return q(reads.jobs, app, request.query_params.get("sort", "health"),
+                 request.query_params.get("dir") == "desc")
+
+    def job(request: Request) -> Any:
+        name = request.query_params.get("name")
+        if not name:
+            raise ValueError("name is required")
+        data = q(reads.job, app, name)
+        data["chart"] = charts.timings_chart(data["timings"])
+        return data
+
+    def run(request: Request) -> Any:
+        return q(reads.run, int(request.path_params["run_id"]))
+
+    def gaps(request: Request) -> Any:
+        p = request.query_params
+        states = [s for s in p.getlist("state") if s]
+        return q(reads.gaps, p.get("job") or None, states, _parse_time(p.get("since"), "since"),
+                 _parse_time(p.get("until"), "until"), _int(p.get("limit"), "limit", 500) or 500)
+
+    def backfills(request: Request) -> Any:
+        return q(reads.backfills, request.query_params.get("job") or None)
+
+    def one_backfill(request: Request) -> Any:
+        return q(reads.one_backfill, int(request.path_params["plan_id"]))
+
+    def alerts(request: Request) -> Any:
+        return q(reads.alerts, request.query_params.get("job") or None)
+
+    def requests(request: Request) -> Any:
+        p = request.query_params
+        return q(reads.requests, p.get("job") or None, _int(p.get("before"), "before", None, 2**62),
+                 _int(p.get("limit"), "limit", 100, 1000) or 100)
+
+    return {"jobs": jobs, "job": job, "run": run, "gaps": gaps, "backfills": backfills,
+            "backfill": one_backfill, "alerts": alerts, "requests": requests}
+
+
+def create_app(config: WebConfig) -> Starlette:
+    console = Console(config)
+    getters = page_reads(console)
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    def page(name: str, template: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            user = console.user(request, api=False)
+            if user is None:
+                return RedirectResponse("/login?" + _query(next=request.url.path + (
+                    "?" + request.url.query if request.url.query else "")), status_code=303)
+            try:
+                data = await run_in_threadpool(getters[name], request)
+            except EXPECTED as exc:
+                return console.render(request, "error.html", user, status=_status_of(exc),
+                                      message=_error_text(exc))
+            return console.render(request, template, user, page=name, data=data,
+                                  params=dict(request.query_params))
+        return endpoint
+
+    async def login_form(request: Request) -> Response:
+        return console.render(request, "login.html", None, next=_safe_next(request.query_params.get("next")),
+                              failed=False)
+
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        if form is None or not console.same_origin(request) or not auth.csrf_matches(
+                request.cookies.get(auth.CSRF_COOKIE), form.get(auth.CSRF_FIELD)):
+            return console.render(request, "error.html", None, status=403,
+                                  message="the form expired or came from another site: reload the page")
+        user = console.creds.by_token(str(form.get("token") or "").strip())
+        target = _safe_next(form.get("next"))
+        if user is None:
+            log.warning("login refused from %s", request.client.host if request.client else "?")
+            return console.render(request, "login.html", None, status=401, next=target, failed=True)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(auth.SESSION_COOKIE, console.creds.session_cookie(user), httponly=True,
+                            samesite="strict", secure=console.creds.secure_cookies, path="/",
+                            max_age=console.creds.session_seconds)
+        # a fresh CSRF token with the new session
+        response.set_cookie(auth.CSRF_COOKIE, auth.new_csrf_token(), httponly=True, samesite="strict",
+                            secure=console.creds.secure_cookies, path="/")
+        return response
+
+    async def logout(request: Request) -> Response:
+        form = await _form(request)
+        if form is None or not auth.csrf_matches(request.cookies.get(auth.CSRF_COOKIE),
+                                                 form.get(auth.CSRF_FIELD)):
+            return console.render(request, "error.html", None, status=403, message="CSRF check failed")
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(auth.SESSION_COOKIE, path="/")
+        return response
+
+    async def action_page(request: Request) -> Response:
+        """GET: the impact of an action and its form (a reason is required)."""
+        user = console.user(request, api=False)
+        if user is None:
+            return RedirectResponse("/login?" + _query(next=str(request.url.path) + "?" + request.url.query),
+                                    status_code=303)
+        name = request.path_params["action"]
+        params = {k: request.query_params.get(k) for k in actions.PARAMS.get(name, ())}
+        try:
+            actions.check(name)
+            if not user.can_act:
+                raise PermissionError(f"{user.name} is a viewer: actions need an operator")
+            impact = await run_in_threadpool(console.act, actions.impact, name, params, console.config.app)
+        except EXPECTED as exc:
+            return console.render(request, "error.html", user, status=_status_of(exc),
+                                  message=_error_text(exc))
+        if name == "rerun" and impact.get("run"):  # the run as shown: refused if it changes first
+            seen = impact["run"]
+            params = {**params, "seen_status": seen["status"], "seen_fence": str(seen["fence"])}
+        return console.render(request, "action.html", user, action=name, params=params, impact=impact,
+                              done=None)
+
+    async def action_post(request: Request) -> Response:
+        user = console.user(request, api=False)
+        if user is None:
+            return console.render(request, "error.html", None, status=401, message="log in first")
+        form = await _form(request)
+        if form is None or not console.same_origin(request) or not auth.csrf_matches(
+                request.cookies.get(auth.CSRF_COOKIE), form.get(auth.CSRF_FIELD)):
+            return console.render(request, "error.html", user, status=403,
+                                  message="CSRF check failed: the form expired or came from another site; "
+                                          "nothing written")
+        name = request.path_params["action"]
+        params = {k: form.get(k) for k in actions.PARAMS.get(name, ())}
+        try:
+            actions.check(name)
+            done = await run_in_threadpool(console.act, actions.perform, name, params, user,
+                                           form.get("reason"), console.config.app)
+        except EXPECTED as exc:
+            return console.render(request, "error.html", user, status=_status_of(exc),
+                                  message=_error_text(exc) + " (nothing written)")
+        return console.render(request, "done.html", user, action=name, params=params, done=done)
+
+    # -- the JSON API -------------------------------------------------------------------------------
+
+    def api_read(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if console.user(request, api=True) is None:
+                return _api_error(401, "authentication required: Authorization: Bearer <token>")
+            try:
+                data = await run_in_threadpool(getters[name], request)
+            except EXPECTED as exc:
+                return _api_error(_status_of(exc), _error_text(exc))
+            return JSONResponse(jsonable(data))
+        return endpoint
+
+    def api_action(name: str | None = None) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            user = console.user(request, api=True)
+            if user is None:
+                return _api_error(401, "authentication required: Authorization: Bearer <token>")
+            action = name or request.path_params["action"]
+            if not request.headers.get("content-type", "").startswith("application/json"):
+                return _api_error(415, "send the action as application/json")
+            if not console.same_origin(request):
+                return _api_error(403, "cross-origin request refused")
+            raw = await request.body()
+            try:
+                body = json.loads(raw) if len(raw) <= MAX_BODY else None
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                return _api_error(400, "the body must be a JSON object (at most 64 KiB)")
+            if "plan_id" in request.path_params:
+                body["plan_id"] = request.path_params["plan_id"]
+            params = {k: body.get(k) for k in actions.PARAMS.get(action, ())}
+            try:
+                actions.check(action)
+                if not user.can_act:
+                    raise PermissionError(f"{user.name} is a viewer: actions need an operator")
+                if body.get("dry_run"):
+                    impact = await run_in_threadpool(console.act, actions.impact, action, params,
+                                                     console.config.app)
+                    return JSONResponse(jsonable({"dry_run": True, "action": action, "impact": impact}))
+                done = await run_in_threadpool(console.act, actions.perform, action, params, user,
+                                               body.get("reason"), console.config.app)
+            except EXPECTED as exc:
+                return _api_error(_status_of(exc), _error_text(exc))
+            return JSONResponse(jsonable({"dry_run": False, "action": action, **done}))
+        return endpoint
+
+    async def whoami(request: Request) -> Response:
+        user = console.user(request, api=True)
+        if user is None:
+            return _api_error(401, "authentication required: Authorization: Bearer <token>")
+        return JSONResponse({"name": user.name, "role": user.role, "who": user.who,
+                             "actions": console.act_pool is not None and user.can_act})
+
+    routes = [
+        Route("/", page("jobs", "jobs.html")),
+        Route("/job", page("job", "job.html")),
+        Route("/runs/{run_id:int}", page("run", "run.html")),
+        Route("/gaps", page("gaps", "gaps.html")),
+        Route("/backfills", page("backfills", "backfills.html")),
+        Route("/backfills/{plan_id:int}", page("backfill", "backfill.html")),
+        Route("/alerts", page("alerts", "alerts.html")),
+        Route("/requests", page("requests", "requests.html")),
+        Route("/favicon.ico", lambda _: Response(status_code=204)),
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/actions/{action}", action_page, methods=["GET"]),
+        Route("/actions/{action}", action_post, methods=["POST"]),
+        Route("/api/whoami", whoami),
+        Route("/api/jobs", api_read("jobs")),
+        Route("/api/job", api_read("job")),
+        Route("/api/runs/{run_id:int}", api_read("run")),
+        Route("/api/gaps", api_read("gaps")),
+        Route("/api/backfills", api_read("backfills"), methods=["GET"]),
+        Route("/api/backfills/{plan_id:int}", api_read("backfill")),
+        Route("/api/alerts", api_read("alerts")),
+        Route("/api/requests", api_read("requests")),
+        Route("/api/actions/{action}", api_action(), methods=["POST"]),
+        Route("/api/runs/rerun", api_action("rerun"), methods=["POST"]),
+        Route("/api/runs/approve", api_action("approve"), methods=["POST"]),
+        Route("/api/runs/skip", api_action("skip"), methods=["POST"]),
+        Route("/api/jobs/pause", api_action("pause"), methods=["POST"]),
+        Route("/api/jobs/resume", api_action("resume"), methods=["POST"]),
+        Route("/api/backfills", api_action("backfill"), methods=["POST"]),
+        Route("/api/backfills/{plan_id:int}/pause", api_action("backfill_pause"), methods=["POST"]),
+        Route("/api/backfills/{plan_id:int}/resume", api_action("backfill_resume"), methods=["POST"]),
+        Route("/api/backfills/{plan_id:int}/cancel", api_action("backfill_cancel"), methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("runner.web", "static")]), name="static"),
+    ]
+    web = Starlette(routes=routes, lifespan=console.lifespan)
+    web.state.console = console
+    web.add_middleware(SecurityHeaders)
+    return web
+
+
+def _api_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _safe_next(value: Any) -> str:
+    """Only a path of this console (no scheme, no host, no //) is a place to go after login."""
+    text = str(value or "/")
+    if not text.startswith("/") or text.startswith("//") or "\\" in text or any(c in text for c in "\r\n"):
+        return "/"
+    return text
+
+
+async def _form(request: Request) -> Mapping[str, Any] | None:
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return None
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        return None
+    form = await request.form()
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def prepare(database_url: str, read_database_url: str | None, credentials: auth.Credentials,
+            app: Runner | None, check: Callable[[str], str | None]) -> WebConfig:
+    """The console's configuration, after the checks ``runner web`` makes before it serves:
+    some credential is configured (or reads are opened explicitly), and ``check`` (connect,
+    check the schema; returns the privilege warning of that login, if any) passes for each
+    database URL."""
+    if not credentials.any_configured and not credentials.open_reads:
+        raise auth.AuthConfigError(
+            "no credential configured: set RUNNER_WEB_TOKEN (operators) and/or RUNNER_WEB_VIEWER_TOKEN, "
+            "pass --token-file or --trust-proxy-header; or --open-reads to let anyone read (no actions)")
+    warning = check(database_url) if credentials.can_anyone_act else None
+    if read_database_url:
+        check(read_database_url)
+    return WebConfig(database_url=database_url, read_database_url=read_database_url,
+                     credentials=credentials, app=app, privilege_warning=warning)

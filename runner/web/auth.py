@@ -1,0 +1,201 @@
+"""Who is asking, and what they may do: the console's permission model.
+
+Two roles. A *viewer* reads every page and every ``GET /api/`` answer; an *operator* also
+acts (rerun, approve, skip, pause, resume, backfills), and is recorded as ``who`` of the
+``runner.requests`` row each action writes (``web:<name>``).
+
+Credentials, each only when configured:
+
+* tokens: ``RUNNER_WEB_TOKEN`` (an operator, named ``operator``), ``RUNNER_WEB_VIEWER_TOKEN``
+  (a viewer, named ``viewer``), and ``--token-file`` (lines ``NAME ROLE TOKEN`` for one token
+  per person, or a single bare token: the operator). A token is given as
+  ``Authorization: Bearer <token>`` to the API, or once in the login form, which sets a
+  signed session cookie (HttpOnly, SameSite=Strict) for the pages. Tokens are compared in
+  constant time, against every configured token.
+* a trusted reverse proxy: ``--trust-proxy-header X-Forwarded-User`` takes the user's name
+  from that header (the proxy authenticated them); ``--proxy-operator NAME`` makes a proxy
+  user an operator, every other one is a viewer. Only for a console that nobody but the
+  proxy can reach (bound to 127.0.0.1 or a private socket): the header is believed as is.
+* ``--open-reads``: anyone may read (an anonymous viewer). Never actions.
+
+With no credential configured the console does not start (unless ``--open-reads``), and with
+no operator credential no action is possible at all.
+
+CSRF: every form POST carries the value of the ``runner_csrf`` cookie (random, HttpOnly,
+SameSite=Strict) in a hidden field, compared in constant time (double submit); a POST whose
+``Origin`` names another host is refused too. The API takes no cookie: a Bearer token or the
+proxy header, and JSON bodies only (a cross-site form cannot send ``application/json``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROLES = ("viewer", "operator")
+SESSION_COOKIE = "runner_session"
+CSRF_COOKIE = "runner_csrf"
+CSRF_FIELD = "csrf_token"
+MAX_NAME = 200
+
+
+class AuthConfigError(Exception):
+    """A credential setting that cannot be used. One line, shown as is."""
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    role: str  # viewer | operator
+    via: str  # token | session | proxy | open
+
+    @property
+    def can_act(self) -> bool:
+        return self.role == "operator"
+
+    @property
+    def who(self) -> str:
+        """The ``who`` of the requests this user's actions write."""
+        return f"web:{self.name}"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    tokens: tuple[tuple[str, User], ...] = ()  # (token, its user)
+    proxy_header: str | None = None
+    proxy_operators: frozenset[str] = frozenset()
+    open_reads: bool = False
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    session_seconds: int = 12 * 3600
+    secure_cookies: bool = False
+
+    @property
+    def any_configured(self) -> bool:
+        return bool(self.tokens) or self.proxy_header is not None
+
+    @property
+    def can_anyone_act(self) -> bool:
+        return any(u.can_act for _, u in self.tokens) or bool(self.proxy_operators)
+
+    def by_token(self, given: str) -> User | None:
+        """The user of a token, compared in constant time against every configured token."""
+        found = None
+        probe = given.encode()
+        for token, user in self.tokens:
+            if hmac.compare_digest(probe, token.encode()):
+                found = user
+        return found
+
+    def by_proxy(self, value: str | None) -> User | None:
+        if self.proxy_header is None or value is None:
+            return None
+        name = value.strip()
+        if not name or len(name) > MAX_NAME or not name.isprintable():
+            return None
+        return User(name=name, role="operator" if name in self.proxy_operators else "viewer", via="proxy")
+
+    # -- the session cookie: {"u": name, "r": role, "e": expiry}, HMAC-SHA256 signed --------
+
+    def session_cookie(self, user: User, now: float | None = None) -> str:
+        expiry = int((time.time() if now is None else now) + self.session_seconds)
+        payload = json.dumps({"u": user.name, "r": user.role, "e": expiry}, separators=(",", ":"))
+        body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+        return f"{body}.{self._sign(body)}"
+
+    def by_session(self, cookie: str | None, now: float | None = None) -> User | None:
+        if not cookie or "." not in cookie:
+            return None
+        body, _, signature = cookie.rpartition(".")
+        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
+            return None
+        try:
+            data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            name, role, expiry = str(data["u"]), str(data["r"]), int(data["e"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if expiry < (time.time() if now is None else now) or role not in ROLES:
+            return None
+        # a session outlives no token: its user must still be configured with that role
+        if not any(u.name == name and u.role == role for _, u in self.tokens):
+            return None
+        return User(name=name, role=role, via="session")
+
+    def _sign(self, body: str) -> str:
+        mac = hmac.new(self.secret, b"session:" + body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def new_csrf_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def csrf_matches(cookie: str | None, submitted: str | None) -> bool:
+    if not cookie or not submitted:
+        return False
+    return hmac.compare_digest(cookie.encode(), submitted.encode())
+
+
+def _checked_token(token: str, where: str) -> str:
+    token = token.strip()
+    if len(token) < 16:
+        raise AuthConfigError(f"{where}: a token must have at least 16 characters")
+    return token
+
+
+def read_token_file(path: Path) -> list[tuple[str, User]]:
+    """``NAME ROLE TOKEN`` per line (``#`` comments, blank lines), or one bare token (the
+    operator)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise AuthConfigError(f"cannot read --token-file {path}: {exc.strerror}") from None
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)
+             if line.strip() and not line.strip().startswith("#")]
+    if len(lines) == 1 and len(lines[0][1].split()) == 1:
+        return [(_checked_token(lines[0][1], f"{path}:{lines[0][0]}"),
+                 User(name="operator", role="operator", via="token"))]
+    found = []
+    for number, line in lines:
+        parts = line.split()
+        if len(parts) != 3 or parts[1] not in ROLES:
+            raise AuthConfigError(f"{path}:{number}: expected NAME ROLE TOKEN with ROLE viewer or operator")
+        name, role, token = parts
+        if len(name) > MAX_NAME or not name.isprintable():
+            raise AuthConfigError(f"{path}:{number}: the name must be printable, at most {MAX_NAME} chars")
+        found.append((_checked_token(token, f"{path}:{number}"), User(name=name, role=role, via="token")))
+    return found
+
+
+def credentials(token_file: Path | None = None, proxy_header: str | None = None,
+                proxy_operators: tuple[str, ...] = (), open_reads: bool = False,
+                secure_cookies: bool = False, environ: dict[str, str] | None = None) -> Credentials:
+    """The credentials from the environment and the options."""
+    env = os.environ if environ is None else environ
+    tokens: list[tuple[str, User]] = []
+    if env.get("RUNNER_WEB_TOKEN"):
+        tokens.append((_checked_token(env["RUNNER_WEB_TOKEN"], "RUNNER_WEB_TOKEN"),
+                       User(name="operator", role="operator", via="token")))
+    if env.get("RUNNER_WEB_VIEWER_TOKEN"):
+        tokens.append((_checked_token(env["RUNNER_WEB_VIEWER_TOKEN"], "RUNNER_WEB_VIEWER_TOKEN"),
+                       User(name="viewer", role="viewer", via="token")))
+    if token_file is not None:
+        tokens.extend(read_token_file(token_file))
+    seen: set[str] = set()
+    for token, _ in tokens:
+        if token in seen:
+            raise AuthConfigError("the same token is configured twice (each token names one user)")
+        seen.add(token)
+    if proxy_operators and proxy_header is None:
+        raise AuthConfigError("--proxy-operator needs --trust-proxy-header")
+    if proxy_header is not None and not proxy_header.strip():
+        raise AuthConfigError("--trust-proxy-header needs a header name, e.g. X-Forwarded-User")
+    return Credentials(tokens=tuple(tokens), proxy_header=proxy_header.strip() if proxy_header else None,
+                       proxy_operators=frozenset(proxy_operators), open_reads=open_reads,
+                       secure_cookies=secure_cookies)

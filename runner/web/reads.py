@@ -1,0 +1,233 @@
+"""What the console shows: one function per page, returning plain data that the page
+templates render and the JSON API returns as is (one code path for both).
+
+Every read comes from the views and tables the CLI reads (runner.job_health,
+runner.missing_slots_v1, runner.alerts, runner.job_runs, attempts, effects, requests,
+backfills) through the CLI's own modules where they have the read (``operate.status``,
+``backfill.list_plans``/``show``), and otherwise on the named SQL of ``sql/queries/web.sql``.
+Each is bounded (a LIMIT, a window of slots on an indexed column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from runner import backfill, ledger, operate
+from runner.app import Runner
+from runner.sqlfiles import queries
+
+Q = queries("web")
+QO = queries("operate")
+
+GRID_DAYS = 7
+GRID_SLOTS = 168  # columns of the job grid (an hourly job's week)
+GRID_PARTITIONS = 40  # rows shown one by one; beyond, the grid shows counts per slot
+GAP_STATES = ("never_started", "fanout_failed", "pending", "running", "running_stale", "failed",
+              "dead", "awaiting_approval")
+# the order a slot's cell shows its worst status in (first = worst)
+SEVERITY = ("dead", "missing", "failed", "running_stale", "awaiting_approval", "running", "pending",
+            "cancelled", "skipped", "coalesced", "succeeded")
+JOB_SORTS = ("health", "job_name", "owner", "last_success_at", "lag", "missing", "alerts", "next_slot")
+
+
+class NotFound(Exception):
+    """The page's subject does not exist. The message is one line, shown as is."""
+
+
+def _health_rank(job: dict[str, Any]) -> int:
+    """0 = worst. Dead runs or alerts, then missing slots, then lag over an hour, then the rest."""
+    if job.get("alerts") or job.get("dead_24h"):
+        return 0
+    if job.get("missing"):
+        return 1
+    lag = job.get("lag")
+    if isinstance(lag, timedelta) and lag > timedelta(hours=1):
+        return 2
+    return 3
+
+
+def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health",
+         descending: bool = False) -> dict[str, Any]:
+    """The Jobs page: one row per job of runner.job_health (``runner status``), with its
+    alerts count and health rank; the unhealthy first unless sorted otherwise."""
+    report = operate.status(conn, app)
+    per_job: dict[str, int] = {}
+    for alert in report.alerts:
+        per_job[alert["job_name"]] = per_job.get(alert["job_name"], 0) + 1
+    rows = []
+    for job in report.jobs:
+        row = {**job, "alerts": per_job.get(job["job_name"], 0)}
+        row["health"] = _health_rank(row)
+        rows.append(row)
+    if sort not in JOB_SORTS:
+        sort = "health"
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        value = row.get(sort)
+        # None sorts last whatever the direction
+        present = value is not None
+        return (not present if not descending else present, value if present else 0, row["job_name"])
+
+    rows.sort(key=key, reverse=descending)
+    return {"now": report.now, "jobs": rows, "alerts": report.alerts, "sort": sort,
+            "descending": descending}
+
+
+@dataclass(frozen=True)
+class Grid:
+    slots: list[datetime]  # newest first
+    partitions: list[str] | None  # None: aggregated (counts per slot)
+    cells: dict[tuple[datetime, str], dict[str, Any]]  # (slot, partition) -> {status, run_id}
+    counts: dict[datetime, dict[str, int]]  # slot -> status -> runs (missing included)
+    worst: dict[datetime, str]  # slot -> its worst status
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "slots": self.slots,
+            "partitions": self.partitions,
+            "aggregated": self.partitions is None,
+            "cells": [{"slot": s, "partition": p, **c} for (s, p), c in sorted(self.cells.items())],
+            "counts": [{"slot": s, "statuses": c} for s, c in sorted(self.counts.items())],
+        }
+
+
+def job_grid(conn: psycopg.Connection[Any], job_name: str,
+             now: datetime) -> tuple[Grid, list[dict[str, Any]]]:
+    """Slots x partitions of the last GRID_DAYS days (newest GRID_SLOTS slots), coloured by
+    the run's status, ``missing`` where the gap scan expects a run and there is none; and
+    the timings of those slots (oldest first) for the chart."""
+    since = now - timedelta(days=GRID_DAYS)
+    window = {"job_name": job_name, "since": since, "until": now}
+    stats = ledger.dict_rows(conn, Q["job_slot_stats"], window)
+    missing = ledger.dict_rows(conn, Q["job_missing"], {**window, "limit": GRID_SLOTS * GRID_PARTITIONS})
+    slots = sorted({*(s["schedule_slot"] for s in stats), *(m["schedule_slot"] for m in missing)},
+                   reverse=True)[:GRID_SLOTS]
+    shown = set(slots)
+    counts: dict[datetime, dict[str, int]] = {s: {} for s in slots}
+    timing: dict[datetime, dict[str, Any]] = {}
+    for s in stats:
+        slot = s["schedule_slot"]
+        if slot not in shown:
+            continue
+        counts[slot][s["status"]] = s["runs"]
+        t = timing.setdefault(slot, {"schedule_slot": slot, "duration_s": None, "start_lag_s": None})
+        for key in ("duration_s", "start_lag_s"):
+            if s[key] is not None:
+                t[key] = s[key] if t[key] is None else max(t[key], s[key])
+    partitions: list[str] | None = [r["partition_key"] for r in ledger.dict_rows(
+        conn, Q["job_slot_partitions"], {"job_name": job_name, "slots": slots[:3],
+                                         "limit": GRID_PARTITIONS + 1})]
+    assert partitions is not None
+    missing_keys = {m["partition_key"] for m in missing if m["schedule_slot"] in shown}
+    if len(set(partitions) | {k or "" for k in missing_keys}) > GRID_PARTITIONS:
+        partitions = None
+    cells: dict[tuple[datetime, str], dict[str, Any]] = {}
+    if partitions is not None:
+        keys = set(partitions)
+        for r in ledger.dict_rows(conn, Q["job_cells"], {"job_name": job_name, "slots": slots}):
+            cells[(r["schedule_slot"], r["partition_key"])] = {"status": r["status"], "run_id": r["id"]}
+            keys.add(r["partition_key"])
+        if len(keys | {k or "" for k in missing_keys}) > GRID_PARTITIONS:
+            partitions, cells = None, {}
+        else:
+            partitions = sorted(keys | {k or "" for k in missing_keys})
+    for m in missing:
+        if m["schedule_slot"] not in shown:
+            continue
+        if partitions is not None:
+            cells[(m["schedule_slot"], m["partition_key"] or "")] = {"status": "missing", "run_id": None}
+        bucket = counts[m["schedule_slot"]]
+        bucket["missing"] = bucket.get("missing", 0) + 1
+    worst = {s: next((st for st in SEVERITY if c.get(st)), "none") for s, c in counts.items()}
+    timings = [timing[s] for s in sorted(timing) if timing[s]["duration_s"] is not None
+               or timing[s]["start_lag_s"] is not None]
+    return Grid(slots=slots, partitions=partitions, cells=cells, counts=counts, worst=worst), timings
+
+
+def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str) -> dict[str, Any]:
+    """The Job page: its health row, the grid, the timings chart's points, its newest runs."""
+    report = operate.status(conn, app, job_name)
+    if not report.jobs:
+        raise NotFound(f"no job {job_name!r} in the ledger")
+    grid, timings = job_grid(conn, job_name, report.now)
+    runs = ledger.dict_rows(conn, Q["job_runs"], {"job_name": job_name, "status": None, "limit": 50})
+    [awaiting] = ledger.dict_rows(conn, Q["job_awaiting"], {"job_name": job_name})
+    return {"now": report.now, "job": report.jobs[0], "alerts": report.alerts, "grid": grid,
+            "timings": timings, "runs": runs, "awaiting_approval": awaiting["runs"],
+            "defined": app is not None and job_name in app.jobs}
+
+
+def run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
+    """The Run page: the run, its attempts, its effects, the requests that touched it."""
+    found = ledger.dict_rows(conn, Q["get_run"], {"run_id": run_id})
+    if not found:
+        raise NotFound(f"no run {run_id}")
+    row = found[0]
+    attempts = ledger.dict_rows(conn, QO["run_attempts"], {"run_id": run_id})
+    effects = [r["effect"] for r in ledger.dict_rows(conn, QO["run_effects"], {"run_id": run_id})]
+    requests = ledger.dict_rows(conn, Q["run_requests"], {
+        "job_name": row["job_name"], "run_id": run_id, "limit": 100})
+    return {"run": row, "attempts": attempts, "effects": effects, "requests": requests}
+
+
+def gaps(conn: psycopg.Connection[Any], job_name: str | None = None, states: list[str] | None = None,
+         since: datetime | None = None, until: datetime | None = None, limit: int = 500) -> dict[str, Any]:
+    """The Gaps page: runner.missing_slots narrowed by job, states and a time range."""
+    bad = [s for s in states or [] if s not in GAP_STATES]
+    if bad:
+        raise ValueError(f"state must be one of {', '.join(GAP_STATES)}; got {bad[0]!r}")
+    rows = ledger.dict_rows(conn, Q["gaps"], {
+        "job_name": job_name, "states": states or None, "since": since, "until": until,
+        "limit": limit + 1})
+    return {"gaps": rows[:limit], "truncated": len(rows) > limit, "limit": limit,
+            "filters": {"job": job_name, "states": states or [], "since": since, "until": until}}
+
+
+def _rate(plan: dict[str, Any], done: int, now: datetime) -> float | None:
+    """Runs finished per second since the plan was created (to its end when finished)."""
+    end = plan.get("finished_at") or now
+    seconds = (end - plan["created_at"]).total_seconds()
+    return done / seconds if seconds > 0 else None
+
+
+def backfills(conn: psycopg.Connection[Any], job_name: str | None = None, limit: int = 100) -> dict[str, Any]:
+    """The Backfills page: the plans (``runner backfill list``) with progress and rate."""
+    now = ledger.db_now(conn)
+    plans = backfill.list_plans(conn, job_name, None, limit)
+    for p in plans:
+        finished = p["succeeded"] + p["other"]
+        p["done"] = finished
+        p["percent"] = round(100.0 * finished / p["expected_runs"]) if p["expected_runs"] else 100
+        p["done_per_second"] = _rate(p, finished, now)
+    return {"now": now, "backfills": plans}
+
+
+def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
+    """A plan (``runner backfill show``): limits, progress, rate, failures, verification."""
+    now = ledger.db_now(conn)
+    try:
+        progress = backfill.show(conn, plan_id)
+    except operate.OperatorError as exc:
+        raise NotFound(str(exc)) from None
+    data = progress.as_dict()
+    data["percent"] = round(100.0 * progress.done / progress.total) if progress.total else 100
+    data["done_per_second"] = _rate(progress.plan, progress.done, now)
+    return data
+
+
+def alerts(conn: psycopg.Connection[Any], job_name: str | None = None, limit: int = 500) -> dict[str, Any]:
+    """The Alerts page: runner.alerts, newest first, at most ``limit``."""
+    rows = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name, "limit": limit + 1})
+    return {"alerts": rows[:limit], "truncated": len(rows) > limit, "limit": limit}
+
+
+def requests(conn: psycopg.Connection[Any], job_name: str | None = None, before_id: int | None = None,
+             limit: int = 100) -> dict[str, Any]:
+    """The Requests page: the audit log (runner.requests), newest first."""
+    rows = ledger.dict_rows(conn, Q["requests"], {
+        "job_name": job_name, "before_id": before_id, "limit": limit})
+    return {"requests": rows, "next_before_id": rows[-1]["id"] if len(rows) == limit else None}

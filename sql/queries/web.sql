@@ -1,0 +1,104 @@
+-- Named statements of the operator console (runner/web/). Reads only, from the views and
+-- tables the CLI reads; every action goes through the modules the CLI calls (operate,
+-- approvals, backfill), so through the same action functions. Each read is bounded (a
+-- LIMIT, a time window on an indexed column): no page costs more as the ledger ages.
+
+-- name: job_slot_stats
+-- The job's slots in the window (one pass over its runs there, on the (job, slot) index):
+-- per slot and status, the runs, the longest run and the latest start after the slot, in
+-- seconds. The grid's columns, its counts per slot, and the duration/lag chart.
+SELECT r.schedule_slot, r.status, count(*) AS runs,
+       max(extract(epoch FROM r.finished_at - r.started_at))::float8 AS duration_s,
+       max(extract(epoch FROM r.started_at - r.schedule_slot))::float8 AS start_lag_s
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s AND r.schedule_slot >= %(since)s AND r.schedule_slot <= %(until)s
+GROUP BY r.schedule_slot, r.status
+
+-- name: job_slot_partitions
+-- The partitions of the job's newest slots (one more than the grid shows one by one: beyond
+-- that, the grid shows counts per slot).
+SELECT DISTINCT r.partition_key
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz[])
+ORDER BY r.partition_key
+LIMIT %(limit)s
+
+-- name: job_cells
+-- One cell per run of those slots: its partition and status.
+SELECT r.id, r.schedule_slot, r.partition_key, r.status
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz[])
+
+-- name: job_missing
+-- The job's expected slots in the window that no run accounts for and that have no run at
+-- all (the gap scan's never_started and fanout_failed), newest first.
+SELECT m.schedule_slot, m.partition_key, m.state, m.last_error
+FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
+WHERE m.state IN ('never_started', 'fanout_failed') AND m.schedule_slot <= %(until)s
+ORDER BY m.schedule_slot DESC
+LIMIT %(limit)s
+
+-- name: job_runs
+-- The job's newest runs (the job page's table).
+SELECT r.id, r.schedule_slot, r.partition_key, r.business_date, r.status, r.trigger,
+       r.attempt, r.started_at, r.finished_at, r.processed_count, r.failed_count, r.last_error
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s
+  AND (%(status)s::text IS NULL OR r.status = %(status)s)
+ORDER BY r.schedule_slot DESC, r.partition_key
+LIMIT %(limit)s
+
+-- name: job_awaiting
+SELECT count(*) AS runs
+FROM runner.job_runs r
+WHERE r.job_name = %(job_name)s AND r.status = 'awaiting_approval'
+
+-- name: get_run
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.window_start,
+       r.window_end, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts,
+       r.idempotency_key, r.replay_group_id, r.scheduled_at, r.next_attempt_at, r.started_at,
+       r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason
+FROM runner.job_runs r
+WHERE r.id = %(run_id)s
+
+-- name: run_requests
+-- The requests that touched a run (each action function lists its runs in touched.runs).
+SELECT q.id, q.action, q.job_name, q.who, q.reason, q.requested_at, q.db_user, q.touched
+FROM runner.requests q
+WHERE q.job_name = %(job_name)s
+  AND q.touched -> 'runs' @> jsonb_build_array(jsonb_build_object('run_id', %(run_id)s::bigint))
+ORDER BY q.requested_at DESC, q.id DESC
+LIMIT %(limit)s
+
+-- name: gaps
+-- The gap scan at the database's now(), narrowed to a job, states and a time range.
+SELECT m.job_name, m.schedule_slot, m.local_slot, m.partition_key, m.state, m.run_id,
+       m.attempt, m.next_attempt_at, m.heartbeat_at, m.last_error, m.status_reason,
+       m.lateness, m.paused
+FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
+WHERE (%(states)s::text[] IS NULL OR m.state = ANY(%(states)s::text[]))
+  AND (%(until)s::timestamptz IS NULL OR m.schedule_slot < %(until)s)
+ORDER BY m.schedule_slot DESC, m.job_name, m.partition_key NULLS FIRST
+LIMIT %(limit)s
+
+-- name: requests
+-- The audit log, newest first; before_id pages back.
+SELECT q.id, q.action, q.job_name, q.who, q.reason, q.requested_at, q.db_user, q.touched
+FROM runner.requests q
+WHERE (%(job_name)s::text IS NULL OR q.job_name = %(job_name)s)
+  AND (%(before_id)s::bigint IS NULL OR q.id < %(before_id)s)
+ORDER BY q.id DESC
+LIMIT %(limit)s
+
+-- name: login_role
+-- Who the console's action connection is (shown on the Jobs page, never the password).
+SELECT current_user AS role, current_database() AS database
+
+-- name: alerts
+-- runner.alerts (what `runner status` lists), newest first, bounded: the page shows the
+-- first `limit` (one more tells that there are more).
+SELECT a.kind, a.job_name, a.owner, a.run_id, a.detail, a.since
+FROM runner.alerts a
+WHERE (%(job_name)s::text IS NULL OR a.job_name = %(job_name)s)
+ORDER BY a.since DESC NULLS LAST, a.kind, a.job_name, a.run_id
+LIMIT %(limit)s

@@ -1,0 +1,101 @@
+"""The console's tests: a real ledger with hostile text in every field a page shows, the
+roles of sql/roles.sql applied, and the console's database URL an operator login (so the
+role limits are part of every test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+HOSTILE_JOB = '<script>alert("job")</script>'
+HOSTILE_PART = '"><img src=x onerror=alert("part")>'
+HOSTILE_ERROR = "</td><script>alert('error')</script>"
+HOSTILE_REASON = "<iframe src=//evil></iframe>&reason"
+HOSTILE_OWNER = "<b onmouseover=alert('owner')>team</b>"
+HOSTILES = (HOSTILE_JOB, HOSTILE_PART, HOSTILE_ERROR, HOSTILE_REASON, HOSTILE_OWNER)
+
+OPERATOR_TOKEN = "op-token-" + "0123456789abcdef"
+VIEWER_TOKEN = "view-token-" + "0123456789abcdef"
+
+
+@dataclass(frozen=True)
+class Ledger:
+    admin: str  # the test superuser (seeds, checks)
+    operator: str  # a LOGIN in the operator role: the console's database URL
+    readonly: str  # a LOGIN in the readonly role
+    password: str  # the logins' password: must never show
+    ids: dict[str, Any]
+
+
+def seed(url: str) -> dict[str, Any]:
+    ids: dict[str, Any] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, track_from, first_registered_at,"
+            " partitions, options) VALUES (%s, 'every', '1 hour', now() - interval '1 day',"
+            " now() - interval '1 day', %s, %s)",
+            (HOSTILE_JOB, [HOSTILE_PART, "b"], Jsonb({"owner": HOSTILE_OWNER})))
+        conn.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+                     " timezone, partitions) SELECT job_name, track_from, schedule_kind, every_interval,"
+                     " timezone, partitions FROM runner.jobs")
+        conn.execute("INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, track_from)"
+                     " VALUES ('quiet', 'every', '1 day', now())")
+
+        def run(status: str, hours_ago: int, partition: str, attempt: int = 1) -> tuple[int, datetime]:
+            row = conn.execute(
+                "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date,"
+                " window_start, window_end, status, trigger, attempt, fence, idempotency_key, started_at,"
+                " finished_at, last_error, status_reason)"
+                " SELECT %(job)s, s, %(p)s, s::date, s, s, %(status)s, 'schedule', %(a)s, %(a)s, 'k',"
+                " CASE WHEN %(a)s > 0 THEN s + interval '2 seconds' END,"
+                " CASE WHEN %(status)s IN ('succeeded', 'dead') THEN s + interval '9 seconds' END,"
+                " CASE WHEN %(status)s = 'dead' THEN %(err)s END,"
+                " CASE WHEN %(status)s = 'awaiting_approval' THEN %(reason)s END"
+                " FROM (SELECT date_trunc('hour', now(), 'UTC') - make_interval(hours => %(h)s) AS s) t"
+                " RETURNING id, schedule_slot",
+                {"job": HOSTILE_JOB, "p": partition, "status": status, "a": attempt, "h": hours_ago,
+                 "err": HOSTILE_ERROR, "reason": HOSTILE_REASON}).fetchone()
+            assert row is not None
+            if attempt:
+                conn.execute(
+                    "INSERT INTO runner.attempts (run_id, attempt, fence, trigger, owner_host, owner_pid,"
+                    " owner_instance, lock_key, status, finished_at, error_class, error_message)"
+                    " VALUES (%s, %s, %s, 'schedule', %s, 1, gen_random_uuid(), 1, %s, now(), %s, %s)",
+                    (row[0], attempt, attempt, HOSTILE_OWNER, status if status != "awaiting_approval" else
+                     "failed", "Boom" if status == "dead" else None,
+                     HOSTILE_ERROR if status == "dead" else None))
+            return int(row[0]), row[1]
+
+        ids["dead"], ids["dead_slot"] = run("dead", 5, HOSTILE_PART, 3)
+        ids["succeeded"], ids["succeeded_slot"] = run("succeeded", 5, "b")
+        ids["awaiting"], ids["awaiting_slot"] = run("awaiting_approval", 4, HOSTILE_PART, 0)
+        row = conn.execute(
+            "INSERT INTO runner.backfills (job_name, range_from, range_to, status, requested_by, reason)"
+            " VALUES (%s, now() - interval '3 days', now() - interval '2 days', 'paused', %s, %s) RETURNING id",
+            (HOSTILE_JOB, HOSTILE_OWNER, HOSTILE_REASON)).fetchone()
+        assert row is not None
+        ids["plan"] = int(row[0])
+        conn.execute("INSERT INTO runner.requests (action, job_name, who, reason, touched)"
+                     " VALUES ('pause', %s, %s, %s, %s)",
+                     (HOSTILE_JOB, HOSTILE_OWNER, HOSTILE_REASON,
+                      Jsonb({"runs": [{"run_id": ids["dead"]}]})))
+    return ids
+
+
+@pytest.fixture
+def ledger(db_url: str, db_roles: Any) -> Ledger:
+    db_roles.apply(db_url)
+    return Ledger(admin=db_url, operator=db_roles.url(db_url, "operator"),
+                  readonly=db_roles.url(db_url, "readonly"), password=db_roles.password, ids=seed(db_url))
+
+
+def requests_rows(url: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, action, job_name, who, reason, db_user, touched FROM runner.requests ORDER BY id")
+        names = [c.name for c in cur.description or ()]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

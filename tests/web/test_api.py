@@ -1,0 +1,447 @@
+"""The console over HTTP (Starlette's TestClient, a real ledger, the console connected as a
+LOGIN in the operator role): authentication on everything, viewers cannot act, no action
+without an operator credential, CSRF, hostile strings escaped on every page, no password
+in any answer, and each action writes the CLI's runner.requests row with the web user."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from runner.web import auth
+from runner.web.app import WebConfig, create_app, prepare
+from tests.support import scalar
+from tests.web.conftest import (
+    HOSTILE_JOB,
+    HOSTILE_PART,
+    HOSTILES,
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    Ledger,
+    requests_rows,
+)
+
+OP = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+VIEW = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
+
+
+@contextmanager
+def console(url: str, creds: auth.Credentials | None = None, **kw: Any) -> Iterator[TestClient]:
+    creds = creds or auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN,
+                                               "RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN})
+    with TestClient(create_app(WebConfig(database_url=url, read_database_url=None, credentials=creds, **kw)),
+                    follow_redirects=False) as client:
+        yield client
+
+
+def pages(ids: dict[str, Any]) -> list[str]:
+    from urllib.parse import quote
+
+    return ["/", f"/job?name={quote(HOSTILE_JOB)}", f"/runs/{ids['dead']}", f"/runs/{ids['awaiting']}",
+            "/gaps", f"/gaps?job={quote(HOSTILE_JOB)}&state=dead", "/backfills", f"/backfills/{ids['plan']}",
+            "/alerts", "/requests", f"/requests?job={quote(HOSTILE_JOB)}"]
+
+
+def api_reads(ids: dict[str, Any]) -> list[str]:
+    from urllib.parse import quote
+
+    return ["/api/jobs", f"/api/job?name={quote(HOSTILE_JOB)}", f"/api/runs/{ids['dead']}", "/api/gaps",
+            "/api/backfills", f"/api/backfills/{ids['plan']}", "/api/alerts", "/api/requests", "/api/whoami"]
+
+
+def login(client: TestClient, token: str = OPERATOR_TOKEN) -> None:
+    form = client.get("/login")
+    csrf = client.cookies.get(auth.CSRF_COOKIE)
+    assert form.status_code == 200 and csrf
+    done = client.post("/login", data={"token": token, auth.CSRF_FIELD: csrf, "next": "/"})
+    assert done.status_code == 303, done.text
+    assert client.cookies.get(auth.SESSION_COOKIE)
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, "no CSRF field in the form"
+    return found.group(1)
+
+
+# -- authentication ----------------------------------------------------------------------------
+
+
+def test_every_page_and_api_read_needs_authentication(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        for path in pages(ledger.ids):
+            r = client.get(path)
+            assert r.status_code == 303 and r.headers["location"].startswith("/login?"), path
+        for path in api_reads(ledger.ids):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers={"Authorization": "Bearer not-the-token-at-all"}).status_code == 401
+        for path in ("/api/runs/rerun", "/api/jobs/pause", "/api/actions/skip", "/api/backfills"):
+            assert client.post(path, json={"job": HOSTILE_JOB, "reason": "x"}).status_code == 401, path
+        r = client.get(f"/actions/rerun?job=x&slot={ledger.ids['dead_slot'].isoformat()}")
+        assert r.status_code == 303
+        # a session cookie is not an API credential (it would ride on cross-site requests)
+        login(client)
+        assert client.get("/api/jobs").status_code == 401
+    assert requests_rows(ledger.admin)[-1]["action"] == "pause"  # only the seeded row
+
+
+def test_token_reads_every_page_and_api(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        for path in api_reads(ledger.ids):
+            r = client.get(path, headers=VIEW)
+            assert r.status_code == 200, (path, r.text)
+        jobs = client.get("/api/jobs", headers=VIEW).json()["jobs"]
+        assert jobs[0]["job_name"] == HOSTILE_JOB  # the unhealthy first
+        login(client, VIEWER_TOKEN)
+        for path in pages(ledger.ids):
+            r = client.get(path)
+            assert r.status_code == 200, (path, r.text[:500])
+
+
+def test_login_refuses_a_wrong_token_and_sets_strict_cookies(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        client.get("/login")
+        csrf = client.cookies.get(auth.CSRF_COOKIE)
+        bad = client.post("/login", data={"token": "wrong-token-0123456789", auth.CSRF_FIELD: csrf})
+        assert bad.status_code == 401 and client.cookies.get(auth.SESSION_COOKIE) is None
+        ok = client.post("/login", data={"token": OPERATOR_TOKEN, auth.CSRF_FIELD: csrf, "next": "//evil.test/"})
+        assert ok.status_code == 303 and ok.headers["location"] == "/"  # never off-site
+        cookies = ok.headers.get_list("set-cookie")
+        session = next(c for c in cookies if c.startswith(auth.SESSION_COOKIE + "="))
+        assert "HttpOnly" in session and "SameSite=strict" in session.replace("Strict", "strict")
+        assert OPERATOR_TOKEN not in session
+
+
+def test_a_forged_or_tampered_session_is_refused(ledger: Ledger) -> None:
+    creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN, "RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN})
+    other = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})  # another secret
+    viewer = creds.by_token(VIEWER_TOKEN)
+    assert viewer is not None
+    genuine = creds.session_cookie(viewer)
+    _, _, sig = genuine.rpartition(".")
+    import base64
+    import json
+    forged_body = base64.urlsafe_b64encode(json.dumps(
+        {"u": "viewer", "r": "operator", "e": 2**40}).encode()).decode().rstrip("=")
+    assert creds.by_session(genuine) is not None
+    assert creds.by_session(f"{forged_body}.{sig}") is None
+    assert creds.by_session(other.session_cookie(viewer)) is None
+    assert creds.by_session(creds.session_cookie(viewer, now=0)) is None  # expired
+
+
+# -- permissions -----------------------------------------------------------------------------------
+
+
+def test_a_viewer_cannot_act(ledger: Ledger) -> None:
+    slot = ledger.ids["dead_slot"].isoformat()
+    before = requests_rows(ledger.admin)
+    with console(ledger.operator) as client:
+        r = client.post("/api/runs/rerun", headers=VIEW,
+                        json={"job": HOSTILE_JOB, "slot": slot, "partition": HOSTILE_PART, "reason": "try"})
+        assert r.status_code == 403 and "viewer" in r.json()["error"]
+        assert client.post("/api/jobs/pause", headers=VIEW, json={"job": HOSTILE_JOB, "reason": "x"}).status_code == 403
+        login(client, VIEWER_TOKEN)
+        page = client.get(f"/runs/{ledger.ids['dead']}")
+        assert 'id="rerun"' not in page.text  # no button
+        assert client.get(f"/actions/rerun?job=x&slot={slot}").status_code == 403
+        posted = client.post("/actions/rerun", data={
+            "job": HOSTILE_JOB, "slot": slot, "partition": HOSTILE_PART, "reason": "try",
+            auth.CSRF_FIELD: client.cookies.get(auth.CSRF_COOKIE)})
+        assert posted.status_code == 403
+    assert requests_rows(ledger.admin) == before
+    assert scalar(ledger.admin, "SELECT status FROM runner.job_runs WHERE id = %s", (ledger.ids["dead"],)) == "dead"
+
+
+def test_no_action_without_an_operator_credential(ledger: Ledger) -> None:
+    slot = ledger.ids["dead_slot"].isoformat()
+    with pytest.raises(auth.AuthConfigError, match="no credential configured"):
+        prepare(ledger.operator, None, auth.credentials(environ={}), None, lambda _: None)
+    # reads opened explicitly: anyone reads, and nobody can act
+    creds = auth.credentials(open_reads=True, environ={})
+    with console(ledger.operator, creds) as client:
+        assert client.get("/").status_code == 200
+        assert client.get("/api/jobs").status_code == 200
+        r = client.post("/api/runs/rerun", json={"job": HOSTILE_JOB, "slot": slot, "partition": HOSTILE_PART,
+                                                 "reason": "anonymous"})
+        assert r.status_code == 403
+        assert client.app.state.console.act_pool is None  # type: ignore[attr-defined]
+    # a viewer token only: no operator exists, actions are off
+    with console(ledger.operator, auth.credentials(environ={"RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN})) as client:
+        assert client.post("/api/jobs/pause", headers=VIEW, json={"job": HOSTILE_JOB, "reason": "x"}).status_code == 403
+    assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]
+
+
+def test_the_proxy_header_is_trusted_only_when_enabled(ledger: Ledger) -> None:
+    header = {"X-Forwarded-User": "alice"}
+    with console(ledger.operator) as client:  # not enabled: the header means nothing
+        assert client.get("/api/jobs", headers=header).status_code == 401
+    creds = auth.credentials(proxy_header="X-Forwarded-User", proxy_operators=("alice",), environ={})
+    with console(ledger.operator, creds) as client:
+        assert client.get("/api/whoami", headers=header).json()["role"] == "operator"
+        assert client.get("/api/whoami", headers={"X-Forwarded-User": "bob"}).json()["role"] == "viewer"
+        assert client.get("/api/whoami").status_code == 401
+        r = client.post("/api/jobs/pause", headers=header, json={"job": HOSTILE_JOB, "reason": "proxy pause"})
+        assert r.status_code == 200, r.text
+        assert r.json()["request"]["who"] == "web:alice"
+        # ambient credentials: a cross-site form post is refused (JSON only), and so is another Origin
+        assert client.post("/api/jobs/resume", headers=header, data={"job": HOSTILE_JOB,
+                                                                   "reason": "x"}).status_code == 415
+        assert client.post("/api/jobs/resume", headers={**header, "Origin": "https://evil.test"},
+                           json={"job": HOSTILE_JOB, "reason": "x"}).status_code == 403
+    assert requests_rows(ledger.admin)[-1]["who"] == "web:alice"
+    assert len(requests_rows(ledger.admin)) == 2
+
+
+# -- CSRF ------------------------------------------------------------------------------------------
+
+
+def test_a_form_post_without_the_csrf_token_is_refused(ledger: Ledger) -> None:
+    slot = ledger.ids["dead_slot"].isoformat()
+    form = {"job": HOSTILE_JOB, "slot": slot, "partition": HOSTILE_PART, "reason": "csrf"}
+    with console(ledger.operator) as client:
+        login(client)
+        assert client.post("/actions/rerun", data=form).status_code == 403
+        assert client.post("/actions/rerun", data={**form, auth.CSRF_FIELD: "guess"}).status_code == 403
+        good = client.cookies.get(auth.CSRF_COOKIE)
+        assert client.post("/actions/rerun", data={**form, auth.CSRF_FIELD: good},
+                           headers={"Origin": "https://evil.test"}).status_code == 403
+        # a forged login (login CSRF) is refused too
+        assert client.post("/login", data={"token": OPERATOR_TOKEN}).status_code == 403
+    assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]
+    assert scalar(ledger.admin, "SELECT status FROM runner.job_runs WHERE id = %s", (ledger.ids["dead"],)) == "dead"
+
+
+# -- hostile text, headers, secrets ----------------------------------------------------------------
+
+
+def test_hostile_strings_are_escaped_on_every_page(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        login(client)
+        slot = ledger.ids["dead_slot"].isoformat()
+        from urllib.parse import quote
+
+        extra = [f"/actions/rerun?job={quote(HOSTILE_JOB)}&slot={quote(slot)}&partition={quote(HOSTILE_PART)}",
+                 f"/actions/approve?job={quote(HOSTILE_JOB)}", f"/actions/pause?job={quote(HOSTILE_JOB)}",
+                 f"/actions/backfill_cancel?plan_id={ledger.ids['plan']}",
+                 f"/job?name={quote('<svg onload=alert(1)>')}"]  # an error page echoing the name
+        for path in [*pages(ledger.ids), *extra]:
+            html = client.get(path).text
+            for hostile in HOSTILES:
+                assert hostile not in html, (path, hostile)
+            assert "<script" not in html.lower(), path
+            assert "<img" not in html and "<iframe" not in html and "<svg onload" not in html, path
+        job_page = client.get(f"/job?name={quote(HOSTILE_JOB)}").text
+        assert "&lt;script&gt;alert(&#34;job&#34;)&lt;/script&gt;" in job_page
+        run_page = client.get(f"/runs/{ledger.ids['dead']}").text
+        assert "&lt;/td&gt;&lt;script&gt;alert(&#39;error&#39;)&lt;/script&gt;" in run_page
+        assert "&#34;&gt;&lt;img src=x onerror=alert(&#34;part&#34;)&gt;" in run_page
+
+
+def test_every_response_carries_the_security_headers(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        for path in ("/login", "/", "/api/jobs", "/static/console.css", "/nowhere"):
+            r = client.get(path)
+            csp = r.headers["content-security-policy"]
+            assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp, path
+            assert "unsafe-inline" not in csp and "script-src 'self'" in csp
+            assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
+        login(client)
+        assert "<script" not in client.get("/").text  # no inline script at all (none needed)
+
+
+def test_no_password_in_any_page_or_answer(ledger: Ledger) -> None:
+    assert ledger.password in ledger.operator
+    with console(ledger.operator) as client:
+        for path in api_reads(ledger.ids):
+            assert ledger.password not in client.get(path, headers=OP).text, path
+        login(client)
+        home = client.get("/").text
+        assert "***" in home  # the URL is shown, redacted
+        for path in pages(ledger.ids):
+            assert ledger.password not in client.get(path).text, path
+
+
+# -- actions: the CLI's code path, the same runner.requests row, as the web user ---------------------
+
+
+def test_rerun_through_the_api_writes_the_request_as_the_web_user(ledger: Ledger) -> None:
+    slot = ledger.ids["dead_slot"].isoformat()
+    body = {"job": HOSTILE_JOB, "slot": slot, "partition": HOSTILE_PART, "reason": "fixed the feed"}
+    with console(ledger.operator) as client:
+        dry = client.post("/api/runs/rerun", headers=OP, json={**body, "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        impact = dry.json()["impact"]
+        assert impact["run"]["id"] == ledger.ids["dead"] and impact["refusal"] is None
+        assert len(impact["attempts"]) == 1
+        assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]  # a dry run writes nothing
+        assert client.post("/api/runs/rerun", headers=OP, json={**body, "reason": "  "}).status_code == 400
+        done = client.post("/api/runs/rerun", headers=OP, json=body)
+        assert done.status_code == 200, done.text
+        assert done.json()["run"]["status"] == "pending"
+        again = client.post("/api/runs/rerun", headers=OP, json=body)  # pending now: refused
+        assert again.status_code == 400 and "already pending" in again.json()["error"]
+    row = requests_rows(ledger.admin)[-1]
+    assert (row["action"], row["job_name"], row["who"], row["reason"]) == (
+        "rerun", HOSTILE_JOB, "web:operator", "fixed the feed")
+    login_name = ledger.operator.split("//")[1].split(":")[0]
+    assert row["db_user"] == login_name  # the operator login, not the schema owner
+    assert row["touched"]["runs"][0]["run_id"] == ledger.ids["dead"]
+    assert scalar(ledger.admin, "SELECT (status, trigger) FROM runner.job_runs WHERE id = %s",
+                  (ledger.ids["dead"],)) == ("pending", "manual")
+
+
+def test_rerun_through_the_pages_shows_the_impact_then_writes_the_request(ledger: Ledger) -> None:
+    from urllib.parse import quote
+
+    slot = ledger.ids["dead_slot"].isoformat()
+    with console(ledger.operator) as client:
+        login(client)
+        page = client.get(f"/actions/rerun?job={quote(HOSTILE_JOB)}&slot={quote(slot)}&partition={quote(HOSTILE_PART)}")
+        assert page.status_code == 200
+        assert "Impact" in page.text and "1 attempt(s) so far" in page.text and "no effect recorded" in page.text
+        form = {"job": HOSTILE_JOB, "slot": slot, "partition": HOSTILE_PART, "seen_status": "dead",
+                "seen_fence": "3", auth.CSRF_FIELD: csrf_of(page.text)}
+        assert client.post("/actions/rerun", data=form).status_code == 400  # no reason
+        stale = client.post("/actions/rerun", data={**form, "seen_fence": "2", "reason": "stale view"})
+        assert stale.status_code == 400  # the run changed since it was shown: the function refuses
+        assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]
+        done = client.post("/actions/rerun", data={**form, "reason": "from the page"})
+        assert done.status_code == 200 and "Request" in done.text, done.text
+    row = requests_rows(ledger.admin)[-1]
+    assert (row["action"], row["who"], row["reason"]) == ("rerun", "web:operator", "from the page")
+
+
+def test_pause_resume_approve_skip_and_backfill_actions_write_their_requests(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        def act(path: str, **body: Any) -> dict[str, Any]:
+            r = client.post(path, headers=OP, json=body)
+            assert r.status_code == 200, (path, r.text)
+            return r.json()
+
+        assert act("/api/jobs/pause", job=HOSTILE_JOB, reason="pause it")["request"]["action"] == "pause"
+        assert act("/api/jobs/pause", job=HOSTILE_JOB, reason="again")["request"] is None  # already paused
+        act("/api/jobs/resume", job=HOSTILE_JOB, reason="resume it")
+        dry = act("/api/runs/skip", job=HOSTILE_JOB, reason="dry", dry_run=True)
+        assert [r["id"] for r in dry["impact"]["runs"]] == [ledger.ids["awaiting"]]
+        act("/api/runs/skip", job=HOSTILE_JOB, slot=ledger.ids["awaiting_slot"].isoformat(), reason="not needed")
+        act(f"/api/backfills/{ledger.ids['plan']}/cancel", reason="wrong range")
+        r = client.post("/api/backfills", headers=OP, json={
+            "job": HOSTILE_JOB, "from": "2026-01-01T00:00:00+00:00", "to": "2026-01-02T00:00:00+00:00",
+            "reason": "no app", "dry_run": True})
+        assert r.status_code == 400 and "--app" in r.json()["error"]
+    rows = requests_rows(ledger.admin)
+    assert [(r["action"], r["who"]) for r in rows[1:]] == [
+        ("pause", "web:operator"), ("resume", "web:operator"), ("skip", "web:operator"),
+        ("backfill_cancel", "web:operator")]
+    assert scalar(ledger.admin, "SELECT status FROM runner.job_runs WHERE id = %s",
+                  (ledger.ids["awaiting"],)) == "skipped"
+
+
+def test_a_backfill_with_the_app_shows_its_dry_run_then_creates_the_plan(ledger: Ledger, tmp_path: Path) -> None:
+    from runner.app import Runner
+
+    app = Runner()
+
+    @app.job(HOSTILE_JOB, every="1h", partitions=[HOSTILE_PART, "b"])
+    def handler(ctx: Any) -> None:
+        pass
+
+    body = {"job": HOSTILE_JOB, "from": ledger.ids["dead_slot"].isoformat(),
+            "to": ledger.ids["awaiting_slot"].isoformat(), "reason": "replay the morning", "concurrency": 2}
+    with console(ledger.operator, app=app) as client:
+        dry = client.post("/api/backfills", headers=OP, json={**body, "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        impact = dry.json()["impact"]
+        assert (impact["expected_runs"], impact["already_succeeded"], impact["will_requeue"]) == (2, 1, 1)
+        assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]
+        made = client.post("/api/backfills", headers=OP, json=body)
+        assert made.status_code == 200, made.text
+        plan_id = made.json()["backfill"]["id"]
+        assert client.get(f"/api/backfills/{plan_id}", headers=VIEW).json()["status"] == "running"
+    row = requests_rows(ledger.admin)[-1]
+    assert (row["action"], row["who"], row["reason"]) == ("backfill", "web:operator", "replay the morning")
+
+
+# -- the job grid and the gaps filter --------------------------------------------------------------
+
+
+def test_the_job_grid_shows_cells_then_counts_when_partitions_are_many(ledger: Ledger) -> None:
+    import psycopg
+
+    with console(ledger.operator) as client:
+        grid = client.get(f"/api/job?name={HOSTILE_JOB}", headers=VIEW).json()["grid"]
+        assert grid["aggregated"] is False and grid["partitions"] == ['"><img src=x onerror=alert("part")>', "b"]
+        statuses = {(c["partition"], c["status"]) for c in grid["cells"]}
+        assert {(HOSTILE_PART, "dead"), ("b", "succeeded"), (HOSTILE_PART, "awaiting_approval")} <= statuses
+        assert ("b", "missing") in statuses  # an expected slot x partition with no run
+        with psycopg.connect(ledger.admin, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date, window_start,"
+                " window_end, status, trigger, attempt, fence, idempotency_key)"
+                " SELECT %s, %s, format('p%%s', i), '2026-01-01', now(), now(), 'pending', 'schedule', 0, 0, 'k'"
+                " FROM generate_series(1, 50) i", (HOSTILE_JOB, ledger.ids["succeeded_slot"]))
+        data = client.get(f"/api/job?name={HOSTILE_JOB}", headers=VIEW).json()
+        grid = data["grid"]
+        assert grid["aggregated"] is True and grid["partitions"] is None and grid["cells"] == []
+        at_slot = next(c["statuses"] for c in grid["counts"]
+                       if datetime.fromisoformat(c["slot"]) == ledger.ids["succeeded_slot"])
+        assert at_slot == {"pending": 50, "dead": 1, "succeeded": 1}
+        login(client)
+        page = client.get(f"/job?name={HOSTILE_JOB}").text
+        assert "runs by status" in page and "pending</span> 50" in page
+
+
+def test_gaps_filter_by_job_state_and_time(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        everything = client.get("/api/gaps", headers=VIEW).json()["gaps"]
+        assert {g["state"] for g in everything} >= {"dead", "awaiting_approval", "never_started"}
+        dead = client.get("/api/gaps", headers=VIEW, params={"job": HOSTILE_JOB, "state": "dead"}).json()["gaps"]
+        assert [g["run_id"] for g in dead] == [ledger.ids["dead"]]
+        slot = ledger.ids["dead_slot"].isoformat()
+        before = client.get("/api/gaps", headers=VIEW, params={"until": slot}).json()["gaps"]
+        assert before and all(datetime.fromisoformat(g["schedule_slot"]) < ledger.ids["dead_slot"] for g in before)
+        assert client.get("/api/gaps", headers=VIEW, params={"job": "quiet"}).json()["gaps"] == []
+        assert client.get("/api/gaps", headers=VIEW, params={"state": "<bogus>"}).status_code == 400
+        assert client.get("/api/gaps", headers=VIEW, params={"since": "yesterday"}).status_code == 400
+
+
+def test_runner_web_refuses_to_start_without_a_credential(ledger: Ledger) -> None:
+    import os
+
+    from tests.support import run_cli
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_WEB_")}
+    done = run_cli("web", "--database-url", ledger.operator, "--port", "1", env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("runner: error: no credential configured")
+    assert ledger.password not in done.stderr
+    short = run_cli("web", "--database-url", ledger.operator, "--port", "1", env={**env, "RUNNER_WEB_TOKEN": "short"})
+    assert short.returncode == 1 and "at least 16 characters" in short.stderr
+
+
+def test_a_token_file_names_each_person_and_their_role(ledger: Ledger, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# name role token\nalice operator alice-token-0123456789\nbob viewer bob-token-0123456789ab\n")
+    creds = auth.credentials(token_file=tokens, environ={})
+    with console(ledger.operator, creds) as client:
+        alice = {"Authorization": "Bearer alice-token-0123456789"}
+        bob = {"Authorization": "Bearer bob-token-0123456789ab"}
+        assert client.get("/api/whoami", headers=bob).json() == {
+            "name": "bob", "role": "viewer", "who": "web:bob", "actions": False}
+        assert client.post("/api/jobs/pause", headers=bob, json={"job": HOSTILE_JOB, "reason": "x"}).status_code == 403
+        done = client.post("/api/jobs/pause", headers=alice, json={"job": HOSTILE_JOB, "reason": "alice's call"})
+        assert done.status_code == 200 and done.json()["request"]["who"] == "web:alice"
+    assert requests_rows(ledger.admin)[-1]["who"] == "web:alice"
+    tokens.write_text("alice admin alice-token-0123456789\n")
+    with pytest.raises(auth.AuthConfigError, match="NAME ROLE TOKEN"):
+        auth.credentials(token_file=tokens, environ={})
+    tokens.write_text("just-one-operator-token-0123\n")
+    [(_, user)] = auth.credentials(token_file=tokens, environ={}).tokens
+    assert (user.name, user.role) == ("operator", "operator")
