@@ -131,7 +131,7 @@ class Runners:
         self.env = {"MODEL_CONTROL": str(control)}
         self.procs: list[RunnerProcess | None] = [None, None]
         self.starts = itertools.count()
-        self.exits: list[tuple[int, int, str]] = []  # (slot, code, log) of unexpected exits
+        self.exits: list[tuple[int, int, str]] = []  # (runner, exit code, log) of unexpected exits
         self.crash_exits = 0
         self.frozen = False
         self.args: tuple[str, ...] = RUNNER_ARGS
@@ -530,6 +530,7 @@ class LoopModel(RuleBasedStateMachine):
                 self._final_checks()
         finally:
             (self.dir / "steps.txt").write_text("\n".join(self.log) + "\n")
+            self.stats["crash_exits"] = self.stats.get("crash_exits", 0) + self.runners.crash_exits
             self.runners.shutdown()
             if not self.failed or not os.environ.get("RUNNER_MODEL_KEEP"):
                 with psycopg.connect(url_for("postgres"), autocommit=True) as conn:
