@@ -482,9 +482,10 @@ def check(
         conn.close()
     if as_json:
         _print_json(rows)
+    elif rows:
+        _print_table(f"ledger audit: {len(rows)} violation(s)", rows, audit.COLUMNS)
     else:
-        title = f"ledger audit: {len(rows)} violation(s)" if rows else "ledger audit: no violations"
-        _print_table(title, rows, audit.COLUMNS)
+        _say("ledger audit: no violations")
     if rows:
         raise typer.Exit(1)
 
