@@ -6,7 +6,7 @@ The operator who writes it is not the runner: the condition is untrusted text th
 runner serving the job will run, so it runs where it can do no harm.
 
 * **Not on the lock session, not on the loop thread.** Each ``runner start`` process runs
-  ``run_forever`` on a thread with a connection of its own (``application_name`` runner-condition).
+  ``pass_of`` on a thread with a connection of its own (``application_name`` runner-condition).
   Advisory locks a condition takes (session locks survive a rollback) are counted, then
   released, and the session is reset (``DISCARD ALL``) after every evaluation; they never
   touch the locks the process holds for its runs. The loop only sees the outcome: a paused
@@ -310,27 +310,12 @@ def connect(url: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def run_forever(open_conn: Callable[[], psycopg.Connection[Any]], namespace: int, job_names: list[str],
-                stop: threading.Event, poll: float = POLL, prometheus_url: str | None = None) -> None:
-    """The condition duty of a ``runner start`` process, on its own thread and connection:
-    every ``poll`` seconds, ``run_once``. Its own error boundary: a failure is logged and
-    retried; a lost connection is opened again."""
-    conn: psycopg.Connection[Any] | None = None
-    delay = poll
-    while not stop.is_set():
-        try:
-            if conn is None or conn.closed or conn.broken:
-                conn = open_conn()
-            run_once(conn, namespace, job_names, prometheus_url=prometheus_url)
-            delay = poll
-        except Exception as exc:
-            cls, _ = error_text(exc)
-            log.warning("pause conditions: %s: %s; trying again in %.0fs", cls, _first_line(exc), delay)
-            if conn is not None and (conn.closed or conn.broken or isinstance(exc, psycopg.OperationalError)):
-                with contextlib.suppress(Exception):
-                    conn.close()
-                conn = None
-            delay = min(delay * 2, 30.0)
-        stop.wait(delay)
-    if conn is not None:
-        conn.close()
+def pass_of(namespace: int, job_names: list[str],
+            prometheus_url: str | None = None) -> Callable[[psycopg.Connection[Any]], None]:
+    """The condition duty of a ``runner start`` process: ``run_once`` every ``POLL`` seconds
+    on a thread and connection of its own (``duties.on_own_connection``, with ``connect``), so
+    untrusted SQL never runs on the lock session; a failure is logged and retried there, a
+    lost connection opened again."""
+    def one_pass(conn: psycopg.Connection[Any]) -> None:
+        run_once(conn, namespace, job_names, prometheus_url=prometheus_url)
+    return one_pass

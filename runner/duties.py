@@ -15,15 +15,23 @@ others:
 
 So the order in which duties see the ledger, and what a failing duty does to the others, is
 written down here and in the Worker, not implied by the shape of one long method.
+
+A few duties live beside the loop instead, each on a thread and connection of its own
+(``on_own_connection``): the gap-scan watermarks, retention and the backfill pause conditions.
+They must never hold up the loop's lock session (a pause condition is untrusted SQL, a prune
+pass deletes in batches), and they share the same error boundary and failure counter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -106,3 +114,54 @@ class Duties:
                   delay, duty.failures, exc_info=log.isEnabledFor(logging.DEBUG))
         if self._on_failure is not None:
             self._on_failure(duty.name)
+
+
+def on_own_connection(name: str, connect: Callable[[], psycopg.Connection[Any]],
+                      work: Callable[[psycopg.Connection[Any]], None], stop: threading.Event,
+                      every: float, *, first_now: bool = False,
+                      on_failure: Callable[[str], None] | None = None,
+                      max_retry_after: float = 30.0) -> threading.Thread:
+    """Start a duty that lives beside the loop, on a daemon thread and a connection of its
+    own (the gap-scan watermarks, retention, pause conditions): ``work(conn)`` every
+    ``every`` seconds until ``stop`` is set, first at once if ``first_now`` else after one
+    interval.
+
+    Its error boundary is the loop's: any exception is logged with the duty's name, counted
+    through ``on_failure`` (``runner_duty_failures_total{duty}``) and retried after a delay
+    that doubles from ``every`` up to ``max_retry_after`` (never shorter than ``every``); a
+    connection that is closed, broken or lost (``OperationalError``) is opened again on the
+    next pass. Nothing it does can stop the loop or the other duties, and the loop's SIGTERM
+    never waits for it (daemon; its connection closes when the pass ends)."""
+
+    def forever() -> None:
+        conn: psycopg.Connection[Any] | None = None
+        failures = 0
+        delay = 0.0 if first_now else every
+        while not stop.wait(delay):
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = connect()
+                work(conn)
+            except Exception as exc:
+                failures += 1
+                delay = max(every, min(every * 2 ** failures, max_retry_after))
+                cls, msg = error_text(exc)
+                log.warning("duty %s failed (%s: %s); retrying in %.0fs (failure %d in a row)",
+                            name, cls, msg.splitlines()[0][:300] if msg else "", delay, failures)
+                if on_failure is not None:
+                    on_failure(name)
+                if conn is not None and (conn.closed or conn.broken
+                                         or isinstance(exc, psycopg.OperationalError)):
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    conn = None
+            else:
+                failures = 0
+                delay = every
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    thread = threading.Thread(target=forever, name=f"runner-{name}", daemon=True)
+    thread.start()
+    return thread

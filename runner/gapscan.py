@@ -10,7 +10,6 @@ loop. Several runners may do it at once: the function skips watermark rows anoth
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import psycopg
@@ -27,21 +26,8 @@ def run_once(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def advance_forever(connect: Any, stop: threading.Event, interval: float = 60.0) -> None:
-    """Call ``run_once`` every ``interval`` seconds until ``stop`` is set; errors are logged
-    and retried next time (the view stays correct without it, only slower)."""
-    conn: psycopg.Connection[Any] | None = None
-    while not stop.wait(interval):
-        try:
-            if conn is None or conn.closed:
-                conn = connect()
-            moved = run_once(conn)
-            log.debug("gap-scan watermarks advanced for %d job(s)", moved)
-        except psycopg.Error as exc:
-            log.warning("advancing the gap-scan watermarks failed: %s",
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-            if conn is not None:
-                conn.close()
-            conn = None
-    if conn is not None:
-        conn.close()
+def one_pass(conn: psycopg.Connection[Any]) -> None:
+    """The duty's pass beside the loop (``duties.on_own_connection``, every
+    ``watermark_interval``); a failure is retried next time (the view stays correct without
+    it, only slower)."""
+    log.debug("gap-scan watermarks advanced for %d job(s)", run_once(conn))

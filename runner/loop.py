@@ -95,7 +95,7 @@ from runner.aio import AsyncHandlers
 from runner.app import JobDef, Retention, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext, RunContext
-from runner.duties import Duties, Duty
+from runner.duties import Duties, Duty, on_own_connection
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
 from runner.fanout import MAX_PARTITIONS, plan_slot
@@ -284,17 +284,18 @@ class Worker:
         self._completer = threading.Thread(target=self._complete_forever, name="runner-completer",
                                            daemon=True)
         self._completer.start()
-        threading.Thread(target=gapscan.advance_forever, name="runner-gapscan", daemon=True,
-                         args=(lambda: connect(self.url), self._stop,
-                               self.config.watermark_interval)).start()
-        threading.Thread(target=retention.prune_forever, name="runner-retention", daemon=True,
-                         args=(lambda: connect(self.url), self._stop, self.owner.namespace,
-                               self.config.prune_interval, self.config.prune_batch)).start()
-        # backfill pause conditions: untrusted SQL, on a thread and connection of their own
-        threading.Thread(target=conditions.run_forever, name="runner-conditions", daemon=True,
-                         args=(lambda: conditions.connect(self.url), self.owner.namespace,
-                               list(self.jobs), self._stop, conditions.POLL,
-                               self.config.prometheus_url)).start()
+        # beside the loop, each on a thread and connection of its own (runner/duties.py)
+        failed = self._duty_failed
+        on_own_connection("gapscan", lambda: connect(self.url), gapscan.one_pass, self._stop,
+                          self.config.watermark_interval, on_failure=failed)
+        on_own_connection("retention", lambda: connect(self.url),
+                          retention.pass_of(self.owner.namespace, self.config.prune_batch),
+                          self._stop, self.config.prune_interval, on_failure=failed)
+        # backfill pause conditions: untrusted SQL, never on the lock session
+        on_own_connection("conditions", lambda: conditions.connect(self.url),
+                          conditions.pass_of(self.owner.namespace, list(self.jobs),
+                                             self.config.prometheus_url),
+                          self._stop, conditions.POLL, first_now=True, on_failure=failed)
         # slots due before a job's current schedule came into force are the earlier schedule's
         # (a redeploy that changed it): this definition never claims them
         since = ledger.schedules_since(self._lock_conn, list(self.jobs))
@@ -434,9 +435,10 @@ class Worker:
                  every=self.config.instance_heartbeat),
             Duty("clock", self._measure_offset, every=60.0),
             Duty("prepare", lambda: self._prepare(self.now()) if not self._pending else None),
-        ], self._session_alive, on_failure=lambda name: self.metrics.of(self.metrics.duty_failures,
-                                                                        name).inc(),
-            retry_after=poll)
+        ], self._session_alive, on_failure=self._duty_failed, retry_after=poll)
+
+    def _duty_failed(self, name: str) -> None:
+        self.metrics.of(self.metrics.duty_failures, name).inc()
 
     def tick(self) -> float:
         """One pass over the duties that are due (``_make_duties``: their order and why).

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,25 +51,13 @@ def run_once(conn: psycopg.Connection[Any], batch: int, namespace: int,
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def prune_forever(connect: Callable[[], psycopg.Connection[Any]], stop: threading.Event,
-                  namespace: int, interval: float = 60.0, batch: int = 1000) -> None:
-    """Call ``run_once`` every ``interval`` seconds until ``stop`` is set."""
-    conn: psycopg.Connection[Any] | None = None
-    while not stop.wait(interval):
-        try:
-            if conn is None or conn.closed:
-                conn = connect()
-            gone = run_once(conn, batch, namespace)
-            if gone:
-                log.info("retention: pruned %d run(s)", gone)
-        except psycopg.Error as exc:
-            log.warning("retention pass failed: %s",
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-            if conn is not None:
-                conn.close()
-            conn = None
-    if conn is not None:
-        conn.close()
+def pass_of(namespace: int, batch: int) -> Callable[[psycopg.Connection[Any]], None]:
+    """The duty's pass beside the loop (``duties.on_own_connection``): ``run_once``, logged."""
+    def one_pass(conn: psycopg.Connection[Any]) -> None:
+        gone = run_once(conn, batch, namespace)
+        if gone:
+            log.info("retention: pruned %d run(s)", gone)
+    return one_pass
 
 
 @dataclass

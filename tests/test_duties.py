@@ -90,3 +90,45 @@ def test_a_takeover_pass_that_raises_does_not_stop_claims(db_url: str, monkeypat
         failures = worker.metrics.registry.get_sample_value("runner_duty_failures_total", {"duty": "takeover"})
         assert failures is not None and failures >= 1
     assert_ledger_clean(db_url)
+
+
+def test_a_duty_beside_the_loop_survives_raises_and_a_lost_connection(db_url: str) -> None:
+    """``on_own_connection`` (gap-scan watermarks, retention, pause conditions): a pass that
+    raises is counted and retried; a connection the server drops is opened again; ``stop``
+    ends the thread and closes its connection."""
+    import threading
+
+    from runner.duties import on_own_connection
+
+    seen: list[int] = []  # backend pid of each pass that succeeded
+    calls = {"n": 0}
+    failed: list[str] = []
+
+    def work(conn: psycopg.Connection[Any]) -> None:
+        calls["n"] += 1
+        if calls["n"] in (2, 3):
+            raise RuntimeError("a user callable raised")
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        seen.append(row[0])
+
+    stop = threading.Event()
+    thread = on_own_connection("probe", lambda: psycopg.connect(db_url, autocommit=True,
+                                                                application_name="probe-duty"),
+                               work, stop, 0.01, first_now=True, on_failure=failed.append,
+                               max_retry_after=0.02)
+    try:
+        eventually(lambda: len(seen) >= 2, message="passes after two that raised")
+        assert failed == ["probe", "probe"] and thread.is_alive()
+        first = seen[0]
+        assert scalar(db_url, "SELECT pg_terminate_backend(%s)", (first,)) is True
+        eventually(lambda: seen[-1] != first, message="a pass on a new connection")
+        # one failed pass when the dropped connection was used, then a new one
+        assert failed.count("probe") == 3 and thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_stat_activity"
+                                      " WHERE application_name = 'probe-duty'") == 0,
+               message="its connection closed")
