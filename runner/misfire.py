@@ -207,8 +207,9 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
             group = _replay_plan(conn, job, replays) if replays and job.verify is not None else None
             _record(conn, job, rows, now, result, group, late.ruling)
     if result.counts:
-        tier = {"tier": late.ruling.tier.name, "action": late.ruling.action} if late.ruling else {}
-        event(log, "misfire_decision", job=job.name, policy=job.misfire, **tier,
+        event(log, "misfire_decision", job=job.name, policy=job.misfire,
+              tier=late.ruling.tier.name if late.ruling else None,
+              action=late.ruling.action if late.ruling else None,
               **{f"runs_{k}": v for k, v in sorted(result.counts.items())})
     return result
 

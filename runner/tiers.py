@@ -171,13 +171,12 @@ def _tier(i: int, item: Any) -> Tier:
         up_to, action = opts.pop("up_to"), opts.pop("action")
     elif isinstance(item, Sequence) and not isinstance(item, str | bytes) and len(item) in (2, 3):
         up_to, action = item[0], item[1]
-        opts = dict(item[2]) if len(item) == 3 and isinstance(item[2], Mapping) else None  # type: ignore[arg-type]
-        if opts is None:
-            if len(item) == 3:
-                raise TierError(f"tier {i}: the third element must be a dict of options, got {item[2]!r}")
-            opts = {}
+        if len(item) == 3 and not isinstance(item[2], Mapping):
+            raise TierError(f"tier {i}: the third element must be a dict of options, got {item[2]!r}")
+        opts = dict(item[2]) if len(item) == 3 else {}
     else:
-        raise TierError(f"tier {i}: give (up_to, action), (up_to, action, {{options}}) or a dict, got {item!r}")
+        raise TierError(f"tier {i}: give (up_to, action), (up_to, action, {{options}}) or a dict, "
+                        f"got {item!r}")
     if action not in ACTIONS:
         raise TierError(f"tier {i}: action must be one of {', '.join(ACTIONS)}, got {action!r}")
     unknown = sorted(set(map(str, opts)) - set(_OPTIONS))
@@ -195,13 +194,15 @@ def _tier(i: int, item: Any) -> Tier:
             raise TierError(f"tier {i} ({action}): up_to: {exc}") from None
     name = opts.get("name", action)
     if not isinstance(name, str) or not _NAME.match(name):
-        raise TierError(f"tier {i}: name must be lowercase letters, digits, - or _ (at most 40), got {name!r}")
+        raise TierError(f"tier {i}: name must be lowercase letters, digits, - or _ (at most 40), "
+                        f"got {name!r}")
     alert = opts.get("alert", action in ("backfill", "approve"))
     if not isinstance(alert, bool):
         raise TierError(f"tier {i} ({name}): alert must be True or False, got {alert!r}")
     lane = opts.get("lane", "correction")
     if not isinstance(lane, str) or not _NAME.match(lane):
-        raise TierError(f"tier {i} ({name}): lane must be a lane name like 'correction' or 'bulk', got {lane!r}")
+        raise TierError(f"tier {i} ({name}): lane must be a lane name like 'correction' or 'bulk', "
+                        f"got {lane!r}")
     concurrency = opts.get("concurrency", 1)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise TierError(f"tier {i} ({name}): concurrency must be an integer >= 1, got {concurrency!r}")
@@ -211,7 +212,8 @@ def _tier(i: int, item: Any) -> Tier:
     max_failures = opts.get("max_failures", 10)
     if max_failures is not None and (isinstance(max_failures, bool) or not isinstance(max_failures, int)
                                      or max_failures < 0):
-        raise TierError(f"tier {i} ({name}): max_failures must be an integer >= 0 or None, got {max_failures!r}")
+        raise TierError(f"tier {i} ({name}): max_failures must be an integer >= 0 or None, "
+                        f"got {max_failures!r}")
     pause_when = opts.get("pause_when")
     if pause_when is not None and (not isinstance(pause_when, str) or not pause_when.strip()):
         raise TierError(f"tier {i} ({name}): pause_when must be a SQL query returning one boolean")

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from runner import JobDefinitionError, Runner, ledger, misfire, tiers
-from tests.support import rows, scalar
+from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 T0 = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 US = timedelta(microseconds=1)
-GRACE = timedelta(seconds=1)
+TIER_APPS = "tests/apps/tiers.py"
 
 
 def tiered_app(*items: Any, every: str = "1m", side_effects: bool = False, **options: Any) -> Runner:
@@ -192,7 +193,7 @@ def test_four_deciders_at_once_make_one_plan(db_url: str) -> None:
                 barrier.wait()
                 misfire.run_once(c, job, now, misfire.LateRange(
                     None, job.schedule.latest_at_or_before(misfire.cutoff_for(job, now))))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=one) for _ in range(4)]
@@ -242,3 +243,81 @@ def test_side_effects_checked_clean_let_the_tier_apply(conn: Any) -> None:
     assert counts.counts == {"pending": 3}
     reason = scalar_of(conn, "SELECT reason FROM runner.misfire_decisions LIMIT 1")
     assert "side effects checked (no effect of unknown delivery)" in reason
+
+
+# -- real runner start processes --------------------------------------------------------------
+
+
+def _base(db_url: str) -> dict[str, str]:
+    return {"TIERS_BASE": scalar(db_url, "SELECT now()").astimezone(UTC).isoformat()}
+
+
+def test_real_runner_applies_each_tier_and_runs_the_held_slots_only_once_approved(
+        db_url: str, tmp_path: Path) -> None:
+    env = _base(db_url)
+    proc = RunnerProcess(f"{TIER_APPS}:outages_app", db_url, "--poll-interval", "0.2", env=env,
+                         log=tmp_path / "runner.log")
+    try:
+        def decided() -> bool:
+            by_job = dict(rows(db_url, "SELECT job_name, array_agg(DISTINCT tier ORDER BY tier)"
+                                       " FROM runner.misfire_decisions GROUP BY 1"))
+            done = scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name IN ('recent', 'hour')"
+                                  " AND trigger = 'catch_up' AND status NOT IN ('succeeded', 'coalesced')")
+            return by_job.get("day-plus") == ["approve"] and by_job.get("hour") == ["coalesce"] \
+                and by_job.get("recent") == ["catch_up"] and done == 0
+        eventually(decided, timeout=60, message="every outage decided by its tier, the runs done")
+        # 3 minutes of 10 s slots: each caught up; 30 minutes: one run covers them
+        assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'recent'"
+                              " AND trigger = 'catch_up' AND status = 'succeeded'") >= 17
+        assert rows(db_url, "SELECT status, count(*) FROM runner.job_runs WHERE job_name = 'hour'"
+                            " AND trigger = 'catch_up' GROUP BY 1 ORDER BY 1")[-1] == ("succeeded", 1)
+        # over 24 hours: nothing ran, the owner is alerted
+        held = rows(db_url, "SELECT min(schedule_slot), max(schedule_slot), count(*) FROM runner.job_runs"
+                            " WHERE job_name = 'day-plus' AND status = 'awaiting_approval'")[0]
+        assert held[2] >= 25
+        assert scalar(db_url, "SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                              " WHERE r.job_name = 'day-plus'") == 0
+        assert rows(db_url, "SELECT owner FROM runner.alerts WHERE kind = 'misfire_tier'") == [("settlement-platform",)]
+        shown = run_cli("runs", "--job", "day-plus", "--limit", "3", url=db_url)
+        assert shown.returncode == 0 and "misfire_tier" in shown.stdout and "approve" in shown.stdout, shown.stdout
+        status = run_cli("status", url=db_url)
+        assert "misfire_tier" in status.stdout and "settlement-platform" in status.stdout, status.stdout
+        out = run_cli("approve", "day-plus", "--from", held[0].isoformat(),
+                      "--to", (held[1] + US).isoformat(), "--reason", "upstream is back", "--yes", url=db_url)
+        assert out.returncode == 0, out.stderr
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'day-plus'"
+                                          " AND status = 'succeeded' AND trigger = 'manual'") == held[2],
+                   timeout=30, message="the approved runs ran")
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    # each approved slot ran once, and the alert is gone
+    assert rows(db_url, "SELECT count(*), count(DISTINCT a.run_id) FROM runner.attempts a"
+                        " JOIN runner.job_runs r ON r.id = a.run_id WHERE r.job_name = 'day-plus'") == [(held[2], held[2])]
+    assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind = 'misfire_tier'") == 0
+    assert_ledger_clean(db_url)
+
+
+def test_two_runners_back_after_a_two_hour_outage_make_one_plan(db_url: str, tmp_path: Path) -> None:
+    env = _base(db_url)
+    procs = [RunnerProcess(f"{TIER_APPS}:backfill_app", db_url, "--poll-interval", "0.2", env=env,
+                           log=tmp_path / f"runner-{i}.log") for i in range(2)]
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL") == 2,
+                   timeout=30, message="both runners up")
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.backfills") == "completed", timeout=60,
+                   message="the tier's plan ran to the end")
+    finally:
+        for p in procs:
+            assert p.terminate() == 0, p.output()
+    plans = rows(db_url, "SELECT id, lane, concurrency, requested_by, expected_runs FROM runner.backfills")
+    assert len(plans) == 1 and plans[0][1:4] == ("correction", 4, "runner (misfire tier backfill)")
+    assert plans[0][4] >= 23  # the 5-minute slots of the 2 hours (one may have been on time)
+    assert rows(db_url, "SELECT action, who, db_user FROM runner.requests") == [
+        ("backfill", "runner (misfire tier backfill)", "postgres")]
+    # one run per slot, each started once, each decided by the tier
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                          " WHERE r.replay_group_id IS NOT NULL") == plans[0][4]
+    assert scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions WHERE backfill_id = %s",
+                  (plans[0][0],)) == plans[0][4]
+    assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind = 'misfire_tier'") == 0
+    assert_ledger_clean(db_url)
