@@ -20,6 +20,7 @@ from runner.errors import (
     UnresolvedEffect,
 )
 from runner.inprocess import InProcessRunner
+from runner.tiers import MisfireTiers, Tier, tiers
 
 __all__ = [
     "AsyncJobContext",
@@ -30,8 +31,11 @@ __all__ = [
     "JobContext",
     "JobDefinitionError",
     "LostOwnership",
+    "MisfireTiers",
     "Permanent",
     "Runner",
+    "Tier",
     "UnresolvedEffect",
     "__version__",
+    "tiers",
 ]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
+from runner.tiers import MisfireTiers, TierError, tiers
 
 if TYPE_CHECKING:
     from runner.inprocess import InProcessRunner
@@ -110,7 +111,7 @@ class JobDef:
     track_from: datetime | None
     timeout: timedelta | None = None
     lease: timedelta = timedelta(seconds=60)
-    misfire: str = "coalesce"
+    misfire: str = "coalesce"  # a policy of MISFIRE_POLICIES, or "tiers" (misfire_tiers)
     grace: timedelta = timedelta(seconds=60)
     max_catch_up: int = 10
     max_catch_up_age: timedelta | None = None
@@ -121,6 +122,7 @@ class JobDef:
     retention: Retention | None = None  # None: the runner's --retention-default, else never pruned
     options: dict[str, Any] = field(default_factory=dict)
     is_async: bool = False  # an async def handler: awaited on the runner's event loop
+    misfire_tiers: MisfireTiers | None = None  # misfire=tiers(...) (runner/tiers.py)
 
     @property
     def dynamic_partitions(self) -> bool:
@@ -258,7 +260,7 @@ class Runner:
         track_from: datetime | None = None,
         timeout: str | int | float | timedelta | None = None,
         lease: str | int | float | timedelta = "60s",
-        misfire: str = "coalesce",
+        misfire: str | MisfireTiers | Sequence[Any] = "coalesce",
         grace: str | int | float | timedelta = "60s",
         max_catch_up: int = 10,
         max_catch_up_age: str | int | float | timedelta | None = None,
@@ -352,9 +354,7 @@ class Runner:
         lease = _interval_of(job, "lease", kw["lease"])
         if lease < timedelta(seconds=1):
             raise JobDefinitionError(job, "lease", "must be at least 1s")
-        if kw["misfire"] not in MISFIRE_POLICIES:
-            raise JobDefinitionError(
-                job, "misfire", f"must be one of {', '.join(MISFIRE_POLICIES)}, got {kw['misfire']!r}")
+        misfire, misfire_tiers = _check_misfire(job, kw["misfire"])
         grace = _interval_of(job, "grace", kw["grace"]) if kw["grace"] not in (0, "0", "0s") else timedelta(0)
         max_catch_up = kw["max_catch_up"]
         if isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int) or max_catch_up < 0:
@@ -388,7 +388,8 @@ class Runner:
             overlap=kw["overlap"],
             timeout=timeout,
             lease=lease,
-            misfire=kw["misfire"],
+            misfire=misfire,
+            misfire_tiers=misfire_tiers,
             grace=grace,
             max_catch_up=max_catch_up,
             max_catch_up_age=max_age,
@@ -405,6 +406,25 @@ class Runner:
             paused=bool(kw["paused"]),
             track_from=track_from,
         )
+
+
+def _check_misfire(job: str, value: object) -> tuple[str, MisfireTiers | None]:
+    """A single policy (a name of MISFIRE_POLICIES), or tiers: ``tiers(...)`` or the list of
+    its items (runner/tiers.py)."""
+    if isinstance(value, str):
+        if value not in MISFIRE_POLICIES:
+            raise JobDefinitionError(
+                job, "misfire", f"must be one of {', '.join(MISFIRE_POLICIES)} or tiers(...), got {value!r}")
+        return value, None
+    if isinstance(value, MisfireTiers):
+        return "tiers", value
+    if isinstance(value, list | tuple) and value:
+        try:
+            return "tiers", tiers(*value)
+        except TierError as exc:
+            raise JobDefinitionError(job, "misfire", str(exc)) from None
+    raise JobDefinitionError(job, "misfire", f"give a policy ({', '.join(MISFIRE_POLICIES)}) or "
+                                             f"tiers(...), got {value!r}")
 
 
 def _called_function(handler: object) -> object:

@@ -1,5 +1,6 @@
 """Approvals: an operator decides the runs held as ``awaiting_approval`` (misfire="manual",
-or misfire="replay" beyond its caps), on the named SQL of ``sql/queries/approvals.sql``.
+or misfire="replay" beyond its caps, or a misfire tier that approves: runner/tiers.py), on the
+named SQL of ``sql/queries/approvals.sql``.
 
 Same shape as every operator action (runner/operate.py): ``plan`` reads the held runs of the
 selection (one slot, a range ``[from, to)``, or all of the job's; optionally one partition),

@@ -432,9 +432,11 @@ def runs(
     if as_json:
         _print_json(rows)
     else:
-        _print_table("runs", rows, ["id", "job_name", "schedule_slot", "partition_key", "status",
-                                     "trigger", "attempt", "fence", "started_at", "finished_at",
-                                     "last_error"])
+        columns = ["id", "job_name", "schedule_slot", "partition_key", "status", "trigger",
+                   "attempt", "fence", "started_at", "finished_at", "last_error"]
+        if any(r["misfire_tier"] for r in rows):  # jobs with misfire tiers: which one decided
+            columns.insert(6, "misfire_tier")
+        _print_table("runs", rows, columns)
 
 
 @app.command()

@@ -144,6 +144,8 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
             keep = job.retention or retention_default
             if keep is not None:  # applied by runner.prune_v1 (sql/functions/prune_v1.sql)
                 options["retention"] = keep.as_options()
+            if job.misfire_tiers is not None:  # applied by runner/misfire.py, runner.tier_backfill_v1
+                options["misfire_tiers"] = job.misfire_tiers.as_options()
             params = {
                 "job_name": job.name,
                 "schedule_kind": sched.kind,

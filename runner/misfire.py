@@ -46,6 +46,15 @@ a time and oldest first), which the backfill lane executes and, once done, check
 job's ``verify`` over the replayed range, recording the outcome on the plan
 (``runner backfill show``).
 
+A job with ``misfire=tiers(...)`` (runner/tiers.py) has its policy chosen per range, by the
+range's lateness (how late its oldest slot is when the range is first decided, fixed for the
+whole range): ``skip``, ``catch_up`` (every slot, as replay runs them), ``coalesce`` and
+``approve`` (held, as ``manual``) are decided here as above; ``backfill`` writes no run itself:
+it hands the range's slot x partitions that have no run, under the same row lock, to
+``runner.tier_backfill_v1``, which creates one audited plan over them (at most
+``TIER_PLAN_BATCH`` runs a plan). Each decided row also gets its ``runner.misfire_decisions``
+row (tier, action, lateness, reason), in the same transaction.
+
 Every decision is a run row with its reason in ``status_reason``. Slots outside the ranges
 handed over (older gaps) are not decided here: the gap scan (``runner.missing_slots``)
 lists them.
@@ -65,11 +74,16 @@ from runner.events import event
 from runner.fanout import plan_slot
 from runner.schedule import idempotency_key
 from runner.sqlfiles import queries
+from runner.tiers import RUNS, Tier
 
 log = logging.getLogger("runner.misfire")
 Q = queries("misfire")
 
 BATCH = 1000
+TIER_PLAN_BATCH = 100_000  # slot x partitions in one plan of a backfill tier
+# a tier's action as the policy that decides its rows (backfill: a plan, not rows)
+_TIER_POLICY = {"skip": "skip", "catch_up": "catch_up", "coalesce": "coalesce",
+                "approve": "manual", "backfill": "backfill"}
 EPSILON = timedelta(microseconds=1)
 
 
@@ -103,6 +117,20 @@ class LateRange:
 
     first: datetime | None
     last: datetime
+    ruling: Ruling | None = None  # misfire tiers: fixed when the range is first decided
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """How a job with misfire tiers decides one range: the tier its lateness picked, the
+    action (``approve`` instead when its side effects are not checked), the label of its
+    reasons."""
+
+    tier: Tier
+    action: str
+    lateness: timedelta
+    label: str
+    alert: bool
 
 
 def cutoff_for(job: JobDef, now: datetime) -> datetime:
@@ -152,26 +180,56 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
             return result
         pauses = conn.execute(Q["pauses"], {"job_name": job.name, "first": late.first,
                                             "last": late.last}).fetchall()
-        replayed = _replay_set(job, late, now) if job.misfire == "replay" else set()
+        policy, label = job.misfire, f"misfire={job.misfire}"
+        if job.misfire_tiers is not None:
+            if late.ruling is None:
+                late.ruling = _rule(conn, job, now - late.first)
+            policy, label = _TIER_POLICY[late.ruling.action], late.ruling.label
+            if policy == "backfill":
+                batch = max(batch, TIER_PLAN_BATCH)
+        replayed = _replay_set(job, late, now) if policy == "replay" else set()
         candidates: list[_Row] = []
         slot = late.first
         while slot <= late.last and len(candidates) < batch:
             if not any(lo <= slot < hi for lo, hi in pauses):
-                candidates.extend(_decide(conn, job, slot, late.last, replayed, now))
+                candidates.extend(_decide(conn, job, slot, late.last, replayed, now, policy, label))
             slot = sched.next_after(slot)
         result.more = slot <= late.last
         result.next_first = slot if result.more else None
         late.first = slot
         rows = _without_runs(conn, job, candidates)
-        if job.misfire == "coalesce":
-            rows = _coalesce(conn, job, rows, late.last, now, result)
-        replays = [r for r in rows if r.status == "pending"]
-        group = _replay_plan(conn, job, replays) if replays and job.verify is not None else None
-        _record(conn, job, rows, now, result, group)
+        if policy == "backfill":
+            _tier_plan(conn, job, rows, late.ruling, now, result)
+        else:
+            if policy == "coalesce":
+                rows = _coalesce(conn, job, rows, late.last, now, result, label, late.ruling)
+            replays = [r for r in rows if r.status == "pending"]
+            group = _replay_plan(conn, job, replays) if replays and job.verify is not None else None
+            _record(conn, job, rows, now, result, group, late.ruling)
     if result.counts:
         event(log, "misfire_decision", job=job.name, policy=job.misfire,
+              tier=late.ruling.tier.name if late.ruling else None,
+              action=late.ruling.action if late.ruling else None,
               **{f"runs_{k}": v for k, v in sorted(result.counts.items())})
     return result
+
+
+def _rule(conn: psycopg.Connection[Any], job: JobDef, lateness: timedelta) -> Ruling:
+    """The tier of a range this late; held for approval instead when the job declares side
+    effects and some effect of it is of unknown delivery (a catch-up could repeat it)."""
+    assert job.misfire_tiers is not None
+    tier, covers = job.misfire_tiers.pick(lateness)
+    label = f"misfire tier {covers}, missed for {_human(lateness)}"
+    if job.misfire_tiers.side_effects and tier.action in RUNS:
+        row = conn.execute(Q["unresolved_effects"], {"job_name": job.name}).fetchone()
+        unresolved, example = (row[0], row[1]) if row is not None else (0, None)
+        if unresolved:
+            return Ruling(tier, "approve", lateness,
+                          f"{label}; side effects not checked: {unresolved} effect(s) of the job of "
+                          f"unknown delivery (e.g. {example!r}): resolve them, then runner approve",
+                          alert=True)
+        label += "; side effects checked (no effect of unknown delivery)"
+    return Ruling(tier, tier.action, lateness, label, tier.alert)
 
 
 def _replay_set(job: JobDef, late: LateRange, now: datetime) -> set[datetime]:
@@ -187,33 +245,36 @@ def _replay_set(job: JobDef, late: LateRange, now: datetime) -> set[datetime]:
 
 
 def _decide(conn: psycopg.Connection[Any], job: JobDef, slot: datetime, newest: datetime,
-            replayed: set[datetime], now: datetime) -> list[_Row]:
+            replayed: set[datetime], now: datetime, policy: str, label: str) -> list[_Row]:
     plan = plan_slot(conn, job, slot)
     if plan.error is not None or plan.window_start is None or plan.window_end is None:
         return []  # recorded as fanout_failed: the gap scan shows it
     start, end = plan.window_start, plan.window_end
     late = _human(now - slot)
-    policy = job.misfire
     status: str
     into = None
     if policy == "skip":
-        status, reason = "skipped", f"misfire=skip: not started within grace {job.grace}, late by {late}"
+        status, reason = "skipped", f"{label}: not started within grace {job.grace}, late by {late}"
     elif policy == "manual":
-        status, reason = "awaiting_approval", f"misfire=manual: late by {late}; held for approval"
+        status, reason = "awaiting_approval", f"{label}: late by {late}; held for approval"
     elif policy == "coalesce":
         if slot == newest:
-            status, reason = "pending", f"misfire=coalesce: late by {late}; covers the late slots before it"
+            status, reason = "pending", f"{label}: late by {late}; covers the late slots before it"
         else:
             status, into = "coalesced", newest
-            reason = f"misfire=coalesce: late by {late}; covered by the run of slot {newest.isoformat()}"
+            reason = f"{label}: late by {late}; covered by the run of slot {newest.isoformat()}"
+    elif policy == "catch_up":
+        status, reason = "pending", f"{label}: late by {late}; caught up"
+    elif policy == "backfill":
+        status, reason = "pending", f"{label}: late by {late}; in the tier's backfill plan"
     elif slot in replayed:
-        status, reason = "pending", f"misfire=replay: late by {late}; replayed"
+        status, reason = "pending", f"{label}: late by {late}; replayed"
     else:
         status = "awaiting_approval"
         beyond = (f"older than max_catch_up_age {job.max_catch_up_age}"
                   if job.max_catch_up_age is not None and now - slot > job.max_catch_up_age
                   else f"beyond max_catch_up={job.max_catch_up}")
-        reason = f"misfire=replay: late by {late}, {beyond}; held for approval"
+        reason = f"{label}: late by {late}, {beyond}; held for approval"
     return [_Row(slot, p, start, end, status, reason, into) for p in plan.partitions]
 
 
@@ -228,7 +289,8 @@ def _without_runs(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row]) 
 
 
 def _coalesce(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], newest: datetime,
-              now: datetime, result: Decisions) -> list[_Row]:
+              now: datetime, result: Decisions, label: str = "misfire=coalesce",
+              ruling: Ruling | None = None) -> list[_Row]:
     """Write the coalescing runs (at ``newest``) that this batch's coalesced rows need, each
     before any row points at it, with its window widened to the oldest late window of its
     partition; rows with no run to cover them run on their own instead."""
@@ -243,9 +305,9 @@ def _coalesce(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], newe
     if plan.error is None and plan.window_start is not None and plan.window_end is not None:
         late = _human(now - newest)
         targets = [_Row(newest, p, oldest[p], plan.window_end, "pending",
-                        f"misfire=coalesce: late by {late}; covers the late slots before it")
+                        f"{label}: late by {late}; covers the late slots before it")
                    for p in plan.partitions if p in oldest]
-        _record(conn, job, targets, now, result)
+        _record(conn, job, targets, now, result, None, ruling)
     covering = dict(conn.execute(Q["coalesce_targets"], {
         "job_name": job.name, "slot": newest, "partition_keys": sorted(oldest)}).fetchall())
     out: list[_Row] = []
@@ -257,7 +319,7 @@ def _coalesce(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], newe
             out.append(r)
         else:
             out.append(_Row(r.slot, r.partition, r.window_start, r.window_end, "pending",
-                            "misfire=coalesce: no run of the newest late slot covers this "
+                            f"{label}: no run of the newest late slot covers this "
                             "partition's window; runs on its own"))
     return out
 
@@ -274,14 +336,8 @@ def _replay_plan(conn: psycopg.Connection[Any], job: JobDef, replays: list[_Row]
     return row[0]
 
 
-def _record(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], now: datetime,
-            result: Decisions, replay_group: Any = None) -> None:
-    if not rows:
-        return
-    params = {
-        "now": None,
-        "replay_group_id": replay_group,
-        "job_names": [job.name] * len(rows),
+def _columns(job: JobDef, rows: list[_Row]) -> dict[str, Any]:
+    return {
         "slots": [r.slot for r in rows],
         "partition_keys": [r.partition for r in rows],
         "business_dates": [job.schedule.business_date(r.window_start) for r in rows],
@@ -289,12 +345,51 @@ def _record(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], now: d
         "window_ends": [r.window_end for r in rows],
         "idempotency_keys": [idempotency_key(job.name, r.window_start, r.window_end, r.partition,
                                              job.version) for r in rows],
+    }
+
+
+def _record(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], now: datetime,
+            result: Decisions, replay_group: Any = None, ruling: Ruling | None = None) -> None:
+    if not rows:
+        return
+    params = {
+        "now": None,
+        "replay_group_id": replay_group,
+        "job_names": [job.name] * len(rows),
+        **_columns(job, rows),
         "statuses": [r.status for r in rows],
         "reasons": [r.reason for r in rows],
         "coalesced_into": [r.coalesced_into for r in rows],
+        # the tier that decided them (runner.misfire_decisions); None: a single policy
+        "tier": ruling.tier.name if ruling else None,
+        "tier_action": ruling.action if ruling else None,
+        "lateness": ruling.lateness if ruling else None,
+        "tier_alert": ruling.alert if ruling else False,
     }
     for status, count in conn.execute(Q["record_decisions"], params).fetchall():
         result.counts[status] = result.counts.get(status, 0) + count
+
+
+def _tier_plan(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], ruling: Ruling | None,
+               now: datetime, result: Decisions) -> None:
+    """The plan of a backfill tier over ``rows`` (slot x partitions with no run), through
+    runner.tier_backfill_v1: audited like ``runner backfill``, its options from the job's
+    stored tier, one plan however many processes decide (it takes the job's row lock too
+    and refuses rows that have a run)."""
+    if not rows:
+        return
+    assert ruling is not None
+    slots = sorted({r.slot for r in rows})
+    row = conn.execute(Q["tier_backfill"], {
+        "job_name": job.name, "tier": ruling.tier.name, "lateness": ruling.lateness,
+        **_columns(job, rows),
+        "reason": f"{ruling.label}: {len(slots)} slot(s) from {slots[0].isoformat()} to "
+                  f"{slots[-1].isoformat()}",
+        "now": None}).fetchone()
+    assert row is not None
+    result.counts["backfill"] = result.counts.get("backfill", 0) + row[2]
+    log.warning("job %r: missed for %s; misfire tier %r created backfill %s (%s run(s), lane %s)",
+                job.name, _human(ruling.lateness), ruling.tier.name, row[0], row[2], ruling.tier.lane)
 
 
 def _human(delta: timedelta) -> str:

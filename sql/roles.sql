@@ -23,8 +23,11 @@
 --                    tokens, verification; by a trigger, no other status change). Every other
 --                    state transition goes through fence-checked functions that run as the
 --                    schema owner: runner.start_attempts_v1 (a new attempt, fence + 1),
---                    runner.finish_attempts_v1 (outcomes), runner.record_replay_plan_v1 (the
---                    only plan a runner makes) and runner.advance_watermarks_v1 (the gap
+--                    runner.finish_attempts_v1 (outcomes), runner.record_replay_plan_v1 and
+--                    runner.tier_backfill_v1 (the only plans a runner makes: a verified
+--                    replay's; a misfire tier's, through create_backfill_v1, audited in
+--                    runner.requests with the worker's login; INSERT on
+--                    runner.misfire_decisions records the tier) and runner.advance_watermarks_v1 (the gap
 --                    scan's watermarks: no direct write to gap_watermarks or gap_holes) and
 --                    runner.prune_v1 (retention by the stored policy, a batch at a time). No
 --                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
@@ -126,6 +129,8 @@ BEGIN
     EXECUTE format('GRANT INSERT, UPDATE ON runner.effects TO %I', worker);
     EXECUTE format('GRANT INSERT, UPDATE ON runner.instances TO %I', worker);
     EXECUTE format('GRANT INSERT ON runner.slot_fanouts TO %I', worker);
+    -- misfire tiers (revision 0012): which tier decided each run the misfire duty writes
+    EXECUTE format('GRANT INSERT ON runner.misfire_decisions TO %I', worker);
     EXECUTE format('GRANT UPDATE (status, pause_reason, paused_at, pause_checked_at, finished_at, '
                    'updated_at, tokens, tokens_at, verify_status, verify_detail, verified_at) '
                    'ON runner.backfills TO %I', worker);
@@ -137,7 +142,7 @@ BEGIN
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'runner' AND p.prosecdef
           AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'record_replay_plan_v1',
-                            'advance_watermarks_v1', 'rerun_v1', 'set_job_paused_v1',
+                            'tier_backfill_v1', 'advance_watermarks_v1', 'rerun_v1', 'set_job_paused_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1')
@@ -152,7 +157,8 @@ BEGIN
         END IF;
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
-                                               'record_replay_plan_v1', 'advance_watermarks_v1')
+                                               'record_replay_plan_v1', 'tier_backfill_v1',
+                                               'advance_watermarks_v1')
                             THEN worker ELSE operator END);
     END LOOP;
 END

@@ -22,7 +22,7 @@ UPGRADE = [
     "functions/advance_watermarks_v1.sql",
     "functions/check_v1.sql",
     "revisions/0009_retention.job_health.sql",
-    "views/alerts.sql",
+    "revisions/0009_retention.alerts.sql",
     "functions/retire_job_v1.sql",
     "functions/prune_v1.sql",
 ]

@@ -4,8 +4,10 @@
 SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.window_start,
        r.window_end, r.status, r.trigger, r.attempt, r.fence, r.idempotency_key,
        r.replay_group_id, r.scheduled_at, r.next_attempt_at, r.started_at, r.finished_at,
-       r.processed_count, r.failed_count, r.last_error, r.status_reason
+       r.processed_count, r.failed_count, r.last_error, r.status_reason,
+       d.tier AS misfire_tier   -- the misfire tier that decided it (runner.misfire_decisions)
 FROM runner.job_runs r
+LEFT JOIN runner.misfire_decisions d ON d.run_id = r.id
 WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
   AND (%(statuses)s::text[] IS NULL OR r.status = ANY(%(statuses)s::text[]))
   AND (%(partition_key)s::text IS NULL OR r.partition_key = %(partition_key)s)

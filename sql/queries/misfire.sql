@@ -91,7 +91,15 @@ WITH clock AS (
     WHERE NOT EXISTS (SELECT 1 FROM runner.jobs j
                       WHERE j.job_name = i.job_name AND i.schedule_slot > j.retired_at)
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
-    RETURNING r.status
+    RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.status, r.status_reason
+), decided AS (
+    -- misfire tiers (runner/tiers.py): which tier decided each row written, and why
+    INSERT INTO runner.misfire_decisions (run_id, job_name, schedule_slot, partition_key, tier,
+                                          action, lateness, slot_lateness, alert, reason, decided_at)
+    SELECT w.id, w.job_name, w.schedule_slot, w.partition_key, %(tier)s::text, %(tier_action)s::text,
+           %(lateness)s::interval, c.now - w.schedule_slot, %(tier_alert)s::boolean, w.status_reason, c.now
+    FROM written w CROSS JOIN clock c
+    WHERE %(tier)s::text IS NOT NULL
 )
 SELECT status, count(*) FROM written GROUP BY status
 
@@ -101,3 +109,19 @@ SELECT status, count(*) FROM written GROUP BY status
 -- replay_group_id.
 SELECT runner.record_replay_plan_v1(%(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz,
                                     %(expected_runs)s, %(reason)s, %(now)s::timestamptz) AS replay_group_id
+
+-- name: unresolved_effects
+-- A job's effects of unknown delivery (runner/effects.py: sent, or unknown): a job with
+-- side_effects=True in its misfire tiers holds its late slots for approval while there is one.
+SELECT count(*), min(effect_key)
+FROM runner.effects
+WHERE job_name = %(job_name)s AND status IN ('sent', 'unknown')
+
+-- name: tier_backfill
+-- The plan of a backfill tier (runner.tier_backfill_v1: the stored tier's options, through
+-- runner.create_backfill_v1, audited). Returns the plan's id, the request's id, runs inserted.
+SELECT backfill_id, request_id, inserted
+FROM runner.tier_backfill_v1(%(job_name)s, %(tier)s, %(lateness)s::interval, %(slots)s::timestamptz[],
+                             %(partition_keys)s::text[], %(business_dates)s::date[],
+                             %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[],
+                             %(idempotency_keys)s::text[], %(reason)s, %(now)s::timestamptz)

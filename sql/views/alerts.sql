@@ -42,6 +42,11 @@
 --              runner.job_not_in_code_after = '6 hours'). Only while some runner is live (a
 --              fleet that is down is not evidence). It is never retired silently: an
 --              operator retires it (runner retire) or puts it back in the code
+--   misfire_tier      a misfire tier that alerts the owner (runner/tiers.py: backfill and
+--              approve by default; also a range held because the job's side effects were
+--              not checked) decided missed slots whose work is still open: the plan it
+--              created is not finished, or its runs still await approval. One row per job,
+--              tier and plan (runner.misfire_decisions, revision 0012)
 --
 -- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
 -- retirement are not expected; their dead runs still alert.
@@ -330,5 +335,33 @@ WHERE job.retired_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM runner.instances i
                   WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
                     AND i.jobs @> ARRAY[job.job_name])
+
+UNION ALL
+-- misfire_tier: missed slots a tier that alerts sent to a backfill plan not finished yet, or
+-- held for approval and not decided yet (revision 0012_tiers)
+SELECT 'misfire_tier',
+       d.job_name,
+       job.owner,
+       min(d.run_id),
+       CASE WHEN d.backfill_id IS NOT NULL
+            THEN format('missed for %s (%s slot(s), %s to %s): misfire tier %L created backfill %s '
+                        '(lane %s, %s run(s), %s)', justify_interval(date_trunc('second', max(d.lateness))),
+                        count(DISTINCT d.schedule_slot), min(d.schedule_slot), max(d.schedule_slot),
+                        d.tier, d.backfill_id, b.lane, count(*), b.status)
+            ELSE format('missed for %s (%s slot(s), %s to %s): misfire tier %L holds %s run(s) awaiting '
+                        'approval: runner approve %s --from ... --to ... --reason ... (or runner skip)',
+                        justify_interval(date_trunc('second', max(d.lateness))),
+                        count(DISTINCT d.schedule_slot), min(d.schedule_slot), max(d.schedule_slot),
+                        d.tier, count(*), d.job_name)
+       END,
+       min(d.decided_at)
+FROM runner.misfire_decisions d
+JOIN runner.job_runs r ON r.id = d.run_id
+LEFT JOIN runner.backfills b ON b.id = d.backfill_id
+LEFT JOIN job ON job.job_name = d.job_name
+WHERE d.alert
+  AND ((d.backfill_id IS NOT NULL AND b.status IN ('planned', 'running', 'paused'))
+       OR (d.backfill_id IS NULL AND r.status = 'awaiting_approval'))
+GROUP BY d.job_name, job.owner, d.tier, d.backfill_id, b.lane, b.status
 
 ;
