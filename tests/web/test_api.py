@@ -445,3 +445,25 @@ def test_a_token_file_names_each_person_and_their_role(ledger: Ledger, tmp_path:
     tokens.write_text("just-one-operator-token-0123\n")
     [(_, user)] = auth.credentials(token_file=tokens, environ={}).tokens
     assert (user.name, user.role) == ("operator", "operator")
+
+
+def test_the_readme_documents_the_console_its_screenshot_and_every_api_route() -> None:
+    from starlette.routing import Route
+
+    from tests.support import ROOT
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Operator console"):text.index("## On call")]
+    shot = re.search(r"!\[[^]]*\]\((docs/[^)]+\.png)\)", section)
+    assert shot and (ROOT / shot.group(1)).stat().st_size > 10_000, "no screenshot of the console"
+    creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
+    web = create_app(WebConfig(database_url="postgresql://unused", read_database_url=None, credentials=creds))
+    routes = {r.path.replace("{run_id:int}", "N").replace("{plan_id:int}", "N").replace("{action}", "NAME")
+              for r in web.routes if isinstance(r, Route) and r.path.startswith("/api/")}
+    documented = {re.sub(r"/\d+|/ID", "/N", p.split("?")[0])
+                  for p in re.findall(r"(/api/[a-z/A-Z0-9_]+(?:\?[^' ]*)?)", section)}
+    assert routes <= documented | {"/api/actions/NAME"}, f"undocumented: {sorted(routes - documented)}"
+    assert documented <= routes, f"documented but not served: {sorted(documented - routes)}"
+    for needed in ("RUNNER_WEB_SESSION_SECRET", "--session-secret-file", "--trust-proxy-header",
+                   "--read-database-url", "429", "--login-failures-per-client", "viewer", "operator"):
+        assert needed in section, needed
