@@ -467,3 +467,35 @@ def test_the_readme_documents_the_console_its_screenshot_and_every_api_route() -
     for needed in ("RUNNER_WEB_SESSION_SECRET", "--session-secret-file", "--trust-proxy-header",
                    "--read-database-url", "429", "--login-failures-per-client", "viewer", "operator"):
         assert needed in section, needed
+
+
+def test_the_pages_read_through_the_read_only_url_and_actions_write_through_the_other(ledger: Ledger) -> None:
+    import psycopg
+
+    creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
+    config = WebConfig(database_url=ledger.operator, read_database_url=ledger.readonly, credentials=creds)
+    with TestClient(create_app(config), follow_redirects=False) as client:
+        for path in ("/api/jobs", f"/api/runs/{ledger.ids['dead']}", "/api/alerts"):
+            assert client.get(path, headers=OP).status_code == 200, path
+        with psycopg.connect(ledger.admin, autocommit=True) as conn:
+            sessions = dict(conn.execute(
+                "SELECT application_name, usename FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name LIKE 'runner-web-%'").fetchall())
+        readonly_user = psycopg.conninfo.conninfo_to_dict(ledger.readonly)["user"]
+        operator_user = psycopg.conninfo.conninfo_to_dict(ledger.operator)["user"]
+        assert sessions == {"runner-web-read": readonly_user, "runner-web-act": operator_user}
+        done = client.post("/api/jobs/pause", headers=OP, json={"job": HOSTILE_JOB, "reason": "replica test"})
+        assert done.status_code == 200, done.text
+    assert requests_rows(ledger.admin)[-1]["db_user"] == operator_user
+
+
+def test_the_jobs_page_sorts_by_a_column_either_way_the_unhealthy_first_by_default(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        def names(query: str) -> list[str]:
+            return [j["job_name"] for j in client.get("/api/jobs" + query, headers=VIEW).json()["jobs"]]
+
+        assert names("")[0] == HOSTILE_JOB  # its dead run: unhealthy first
+        assert names("?sort=job_name") == sorted(names(""))
+        assert names("?sort=job_name&dir=desc") == sorted(names(""), reverse=True)
+        page = client.get("/?sort=job_name&dir=desc", headers=VIEW)
+        assert page.status_code == 200 and page.text.index("quiet") < page.text.index("&lt;script&gt;")
