@@ -1234,9 +1234,20 @@ def web(
         help="let anyone read the pages and GET /api/ without a credential (never actions)")] = False,
     secure_cookies: Annotated[bool, typer.Option(
         help="mark cookies Secure (behind a TLS-terminating proxy)")] = False,
+    session_secret_file: Annotated[Path | None, typer.Option(
+        help="the key that signs sessions, shared by every runner web process (mode 600, 32+ chars); "
+             "or RUNNER_WEB_SESSION_SECRET; default: derived from the tokens")] = None,
+    login_failures_per_client: Annotated[int, typer.Option(
+        min=1, help="failed token checks a client may make per --login-window before 429")] = 10,
+    login_failures_global: Annotated[int, typer.Option(
+        min=1, help="failed token checks of all clients per --login-window before 429")] = 100,
+    login_window: Annotated[int, typer.Option(
+        min=1, help="seconds over which failed token checks count")] = 300,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
 ) -> None:
     """The operator console: pages and a JSON API over the ledger (runner/web/)."""
+    from dataclasses import replace
+
     import uvicorn
 
     from runner.web import app as web_app
@@ -1258,7 +1269,7 @@ def web(
     with _errors():
         try:
             creds = credentials(token_file, trust_proxy_header, tuple(proxy_operator or ()), open_reads,
-                                secure_cookies)
+                                secure_cookies, secret_file=session_secret_file)
         except AuthConfigError as exc:
             raise ConfigError(str(exc)) from None
         runner_app = load_app(app_spec) if app_spec else None
@@ -1267,11 +1278,17 @@ def web(
             config = web_app.prepare(choice.url, read_database_url, creds, runner_app, check)
         except AuthConfigError as exc:
             raise ConfigError(str(exc)) from None
+        config = replace(config, login_failures_per_client=login_failures_per_client,
+                                     login_failures_global=login_failures_global,
+                                     login_window_seconds=float(login_window))
     log = logging.getLogger("runner.web")
     if config.privilege_warning:
         log.warning("privileged login: %s", config.privilege_warning)
     if not creds.can_anyone_act:
         log.warning("no operator credential configured: actions are off")
+    if creds.secret_source == "tokens":
+        log.info("sessions signed with a key derived from the tokens (set RUNNER_WEB_SESSION_SECRET or "
+                 "--session-secret-file to choose it)")
     if creds.proxy_header and host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("--trust-proxy-header with --host %s: anyone who reaches this port directly can "
                     "claim any user; listen on 127.0.0.1 behind the proxy", host)

@@ -113,10 +113,11 @@ class StatusReport:
 
 
 def status(conn: psycopg.Connection[Any], app: Runner | None = None,
-           job_name: str | None = None) -> StatusReport:
+           job_name: str | None = None, with_alerts: bool = True) -> StatusReport:
     """Per-job health and the alerts. ``missing`` is the job's count in runner.missing_slots
     (None where that view does not exist); ``next_slot`` comes from the job's definition in
-    ``app`` (None without it, or for a job the app does not define)."""
+    ``app`` (None without it, or for a job the app does not define). ``with_alerts=False``
+    leaves the alerts out (the console's Jobs page counts them per job instead)."""
     now = ledger.db_now(conn)
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(Q["job_health"], {"job_name": job_name})
@@ -137,7 +138,7 @@ def status(conn: psycopg.Connection[Any], app: Runner | None = None,
         definition = defs.get(row["job_name"])
         row["next_slot"] = definition.schedule.next_after(now) if definition is not None else None
     jobs.sort(key=lambda r: r["job_name"])
-    alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name})
+    alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name}) if with_alerts else []
     return StatusReport(jobs=jobs, alerts=alerts, now=now)
 
 

@@ -18,7 +18,7 @@ depends_on = None
 UPGRADE = [
     "revisions/0009_retention.sql",
     "functions/duty_lock_key_v1.sql",
-    "views/missing_slots.sql",
+    "revisions/0009_retention.missing_slots.sql",
     "functions/advance_watermarks_v1.sql",
     "functions/check_v1.sql",
     "revisions/0009_retention.job_health.sql",

@@ -70,6 +70,10 @@ class WebConfig:
     app: Runner | None = None
     privilege_warning: str | None = None  # shown on every page to operators
     pool_size: int = 4
+    # failed token checks allowed per client and in all within the window (auth.Throttle)
+    login_failures_per_client: int = 10
+    login_failures_global: int = 100
+    login_window_seconds: float = 300.0
 
 
 class SecurityHeaders:
@@ -153,6 +157,8 @@ class Console:
     def __init__(self, config: WebConfig) -> None:
         self.config = config
         self.creds = config.credentials
+        self.throttle = auth.Throttle(config.login_failures_per_client, config.login_failures_global,
+                                      config.login_window_seconds)
         self.env = templates()
         self.read_pool = self._pool(config.read_database_url or config.database_url, "runner-web-read",
                                     read_only=True)
@@ -197,7 +203,7 @@ class Console:
                 return found
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
-            return creds.by_token(header[7:].strip())
+            return self.check_token(request, header[7:].strip())
         if not api:
             found = creds.by_session(request.cookies.get(auth.SESSION_COOKIE))
             if found is not None:
@@ -205,6 +211,22 @@ class Console:
         if creds.open_reads:
             return User(name="anonymous", role="viewer", via="open")
         return None
+
+    def check_token(self, request: Request, token: str) -> User | None:
+        """The token's user; every failure counts against the client and in all, and a client
+        over its budget (or anyone over the global one) is refused unchecked (auth.Throttled)."""
+        client = request.client.host if request.client else "?"
+        wait = self.throttle.retry_after(client)
+        if wait is not None:
+            log.warning("token check refused from %s: too many failures (retry in %s s)", client, wait)
+            raise auth.Throttled(wait)
+        found = self.creds.by_token(token)
+        if found is None:
+            self.throttle.failed(client)
+            log.warning("wrong token from %s", client)
+        else:
+            self.throttle.succeeded(client)
+        return found
 
     def same_origin(self, request: Request) -> bool:
         """A POST's Origin (when the browser sends one) must be this console's."""
@@ -362,10 +384,15 @@ def create_app(config: WebConfig) -> Starlette:
                 request.cookies.get(auth.CSRF_COOKIE), form.get(auth.CSRF_FIELD)):
             return console.render(request, "error.html", None, status=403,
                                   message="the form expired or came from another site: reload the page")
-        user = console.creds.by_token(str(form.get("token") or "").strip())
         target = _safe_next(form.get("next"))
+        try:
+            user = console.check_token(request, str(form.get("token") or "").strip())
+        except auth.Throttled as exc:
+            refused = console.render(request, "login.html", None, status=429, next=target, failed=False,
+                                     throttled=str(exc))
+            refused.headers["retry-after"] = str(exc.retry_after)
+            return refused
         if user is None:
-            log.warning("login refused from %s", request.client.host if request.client else "?")
             return console.render(request, "login.html", None, status=401, next=target, failed=True)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(auth.SESSION_COOKIE, console.creds.session_cookie(user), httponly=True,
@@ -519,7 +546,17 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/backfills/{plan_id:int}/cancel", api_action("backfill_cancel"), methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("runner.web", "static")]), name="static"),
     ]
-    web = Starlette(routes=routes, lifespan=console.lifespan)
+    async def throttled(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, auth.Throttled)
+        response: Response
+        if request.url.path.startswith("/api/"):
+            response = _api_error(429, str(exc))
+        else:
+            response = console.render(request, "error.html", None, status=429, message=str(exc))
+        response.headers["retry-after"] = str(exc.retry_after)
+        return response
+
+    web = Starlette(routes=routes, lifespan=console.lifespan, exception_handlers={auth.Throttled: throttled})
     web.state.console = console
     web.add_middleware(SecurityHeaders)
     return web

@@ -21,6 +21,24 @@ Credentials, each only when configured:
 With no credential configured the console does not start (unless ``--open-reads``), and with
 no operator credential no action is possible at all.
 
+Sessions are signed (HMAC-SHA256) with one secret, the same in every ``runner web``
+process that should accept each other's sessions (several behind a load balancer, or one
+restarted): ``RUNNER_WEB_SESSION_SECRET`` or ``--session-secret-file`` (at least 32
+characters; the file readable by its owner only). Without either, the key is derived from
+the configured tokens (HMAC of all of them, sorted): processes started with the same tokens
+share sessions, a restart keeps them, and changing any token ends every session. That key is
+as hard to guess as the tokens themselves, and knowing it gains nothing over knowing the
+tokens. A session also outlives no token: its user must still be configured with its role.
+
+Failed logins are rate limited (:class:`Throttle`): a wrong token in the login form or in an
+API ``Authorization: Bearer`` header counts against the client (its address as the server
+sees it: behind a proxy that is the proxy, so every client shares one budget) and against a
+global budget. Over either, every token check is refused with 429 and ``Retry-After``
+(correct tokens too: a lock that let the right token through would still let guessing find
+it) until failures age out of the window; sessions and the proxy header are not affected,
+and while only the global budget is spent a client whose token was accepted in the window
+keeps being served. The counters are per process (N processes: N budgets).
+
 CSRF: every form POST carries the value of the ``runner_csrf`` cookie (random, HttpOnly,
 SameSite=Strict) in a hidden field, compared in constant time (double submit); a POST whose
 ``Origin`` names another host is refused too. The API takes no cookie: a Bearer token or the
@@ -35,7 +53,11 @@ import hmac
 import json
 import os
 import secrets
+import stat
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,10 +66,19 @@ SESSION_COOKIE = "runner_session"
 CSRF_COOKIE = "runner_csrf"
 CSRF_FIELD = "csrf_token"
 MAX_NAME = 200
+MIN_SECRET = 32
 
 
 class AuthConfigError(Exception):
     """A credential setting that cannot be used. One line, shown as is."""
+
+
+class Throttled(Exception):
+    """Too many failed token checks: this one is refused unchecked (HTTP 429)."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many failed logins: try again in {retry_after} s")
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -73,6 +104,7 @@ class Credentials:
     proxy_operators: frozenset[str] = frozenset()
     open_reads: bool = False
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    secret_source: str = "random"  # env | file | tokens | random (tests)
     session_seconds: int = 12 * 3600
     secure_cookies: bool = False
 
@@ -173,9 +205,49 @@ def read_token_file(path: Path) -> list[tuple[str, User]]:
     return found
 
 
+def _checked_secret(value: str, where: str) -> bytes:
+    value = value.strip()
+    if len(value) < MIN_SECRET:
+        raise AuthConfigError(f"{where}: a session secret must have at least {MIN_SECRET} characters "
+                              "(e.g. openssl rand -hex 32)")
+    return value.encode()
+
+
+def read_secret_file(path: Path) -> bytes:
+    """The session secret of ``--session-secret-file``: refused when group or others may
+    read or write it (anyone who reads it can forge a session)."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise AuthConfigError(f"cannot read --session-secret-file {path}: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise AuthConfigError(f"--session-secret-file {path} is open to group or others "
+                              f"(mode {stat.S_IMODE(mode):o}): chmod 600 it")
+    return _checked_secret(text, f"--session-secret-file {path}")
+
+
+def session_secret(tokens: list[tuple[str, User]], secret_file: Path | None,
+                   env: dict[str, str] | os._Environ[str]) -> tuple[bytes, str]:
+    """The key that signs sessions, and where it came from (see the module's docstring)."""
+    if secret_file is not None and env.get("RUNNER_WEB_SESSION_SECRET"):
+        raise AuthConfigError("give the session secret once: RUNNER_WEB_SESSION_SECRET or "
+                              "--session-secret-file, not both")
+    if secret_file is not None:
+        return read_secret_file(secret_file), "file"
+    if env.get("RUNNER_WEB_SESSION_SECRET"):
+        return _checked_secret(env["RUNNER_WEB_SESSION_SECRET"], "RUNNER_WEB_SESSION_SECRET"), "env"
+    if tokens:
+        material = b"\0".join(sorted(token.encode() for token, _ in tokens))
+        return hmac.new(b"runner-web-session-key", material, hashlib.sha256).digest(), "tokens"
+    # no token: no session can be made (the login form takes tokens), any key will do
+    return secrets.token_bytes(32), "random"
+
+
 def credentials(token_file: Path | None = None, proxy_header: str | None = None,
                 proxy_operators: tuple[str, ...] = (), open_reads: bool = False,
-                secure_cookies: bool = False, environ: dict[str, str] | None = None) -> Credentials:
+                secure_cookies: bool = False, environ: dict[str, str] | None = None,
+                secret_file: Path | None = None) -> Credentials:
     """The credentials from the environment and the options."""
     env = os.environ if environ is None else environ
     tokens: list[tuple[str, User]] = []
@@ -196,6 +268,68 @@ def credentials(token_file: Path | None = None, proxy_header: str | None = None,
         raise AuthConfigError("--proxy-operator needs --trust-proxy-header")
     if proxy_header is not None and not proxy_header.strip():
         raise AuthConfigError("--trust-proxy-header needs a header name, e.g. X-Forwarded-User")
+    secret, source = session_secret(tokens, secret_file, env)
     return Credentials(tokens=tuple(tokens), proxy_header=proxy_header.strip() if proxy_header else None,
                        proxy_operators=frozenset(proxy_operators), open_reads=open_reads,
-                       secure_cookies=secure_cookies)
+                       secure_cookies=secure_cookies, secret=secret, secret_source=source)
+
+
+class Throttle:
+    """Failed token checks per client and in all, over a sliding window (see the module's
+    docstring). Thread-safe; memory bounded (at most ``max_clients`` clients tracked; failures
+    of further clients count globally only)."""
+
+    def __init__(self, per_client: int = 10, overall: int = 100, window: float = 300.0,
+                 max_clients: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        if per_client < 1 or overall < 1 or window <= 0:
+            raise AuthConfigError("login limits must be positive")
+        self.per_client, self.overall, self.window = per_client, overall, window
+        self.max_clients, self.clock = max_clients, clock
+        self._lock = threading.Lock()
+        self._failures: dict[str, deque[float]] = {}
+        self._all: deque[float] = deque()
+        self._good: dict[str, float] = {}  # client -> its last accepted token
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.window
+        while self._all and self._all[0] <= horizon:
+            self._all.popleft()
+        for client in [c for c, q in self._failures.items() if not q or q[-1] <= horizon]:
+            del self._failures[client]
+        for client in [c for c, t in self._good.items() if t <= horizon]:
+            del self._good[client]
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until this client may present a token again; None when it may now."""
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            waits = []
+            mine = self._failures.get(client)
+            if mine is not None:
+                while mine and mine[0] <= now - self.window:
+                    mine.popleft()
+                if len(mine) >= self.per_client:
+                    waits.append(mine[len(mine) - self.per_client] + self.window - now)
+            if len(self._all) >= self.overall and client not in self._good:
+                waits.append(self._all[len(self._all) - self.overall] + self.window - now)
+            return max(1, int(max(waits) + 0.999)) if waits else None
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = self.clock()
+            self._all.append(now)
+            mine = self._failures.get(client)
+            if mine is None and len(self._failures) < self.max_clients:
+                mine = self._failures[client] = deque()
+            if mine is not None:
+                mine.append(now)
+                while len(mine) > self.per_client:
+                    mine.popleft()
+            while len(self._all) > self.overall:
+                self._all.popleft()
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            if client in self._good or len(self._good) < self.max_clients:
+                self._good[client] = self.clock()

@@ -53,11 +53,11 @@ def _health_rank(job: dict[str, Any]) -> int:
 def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health",
          descending: bool = False) -> dict[str, Any]:
     """The Jobs page: one row per job of runner.job_health (``runner status``), with its
-    alerts count and health rank; the unhealthy first unless sorted otherwise."""
-    report = operate.status(conn, app)
-    per_job: dict[str, int] = {}
-    for alert in report.alerts:
-        per_job[alert["job_name"]] = per_job.get(alert["job_name"], 0) + 1
+    count of runner.alerts and health rank; the unhealthy first unless sorted otherwise.
+    The alerts themselves are the Alerts page's (newest first, bounded): this page counts
+    them per job in the database, so its answer is one row per job whatever their number."""
+    report = operate.status(conn, app, with_alerts=False)
+    per_job = {r["job_name"]: r["alerts"] for r in ledger.dict_rows(conn, Q["alert_counts"], {})}
     rows = []
     for job in report.jobs:
         row = {**job, "alerts": per_job.get(job["job_name"], 0)}
@@ -73,7 +73,7 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
         return (not present if not descending else present, value if present else 0, row["job_name"])
 
     rows.sort(key=key, reverse=descending)
-    return {"now": report.now, "jobs": rows, "alerts": report.alerts, "sort": sort,
+    return {"now": report.now, "jobs": rows, "alerts": sum(per_job.values()), "sort": sort,
             "descending": descending}
 
 

@@ -13,6 +13,12 @@ then starts a real `runner web` subprocess and times each page over HTTP (`--rep
 after one warm-up request): the full response, server render included. Prints one JSON line
 per page and a Markdown table. The SPEC's bar: every page under 300 ms at 10 million runs and
 1,000 jobs. The scratch database is dropped afterwards (BENCH_KEEP_DB=1 keeps it).
+
+`--db NAME` seeds a database of that name once and keeps it: a later run with the same
+`--db` skips the seeding (after `runner db upgrade`, so a ledger seeded on older code is
+migrated first, which is also how a before/after pair is measured on one seed). The seed is
+relative to the hour it was made: reused hours later, each job has a few more never-started
+slots at its end (the runs stop at the seeding hour), which the pages then show.
 """
 
 from __future__ import annotations
@@ -137,11 +143,16 @@ def main() -> None:
     parser.add_argument("--unhandled-slots", type=int, default=168,
                         help="dead runs stay dead in each job's newest N slots; older ones were skipped")
     parser.add_argument("--dsn", default=os.environ.get("BENCH_DSN", DEFAULT_DSN))
+    parser.add_argument("--db", help="seed this database once and keep it; reuse it when it exists")
     args = parser.parse_args()
 
-    dbname = f"bench_web_{os.getpid()}"
+    dbname = args.db or f"bench_web_{os.getpid()}"
     with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{dbname}"')
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone()
+        if exists and not args.db:
+            raise SystemExit(f"database {dbname} exists")
+        if not exists:
+            admin.execute(f'CREATE DATABASE "{dbname}"')
     if "://" not in args.dsn:
         raise SystemExit("--dsn must be a postgresql:// URL (the migrations take URLs)")
     url = args.dsn.split("?")[0].rsplit("/", 1)[0] + "/" + dbname
@@ -149,7 +160,15 @@ def main() -> None:
     try:
         subprocess.run([sys.executable, "-m", "runner", "db", "upgrade", "--database-url", url],
                        check=True, cwd=REPO, capture_output=True)
-        seeded = seed(url, args.rows, args.jobs, args.unhandled_slots)
+        with psycopg.connect(url, autocommit=True) as conn:
+            ready = conn.execute("SELECT EXISTS (SELECT 1 FROM runner.requests WHERE reason = 'seeded')"
+                                 " AND EXISTS (SELECT 1 FROM runner.gap_watermarks"
+                                 " WHERE complete_through IS NOT NULL)").fetchone()[0]  # type: ignore[index]
+        if ready:
+            seeded: dict[str, float] = {"reused": 0.0}
+            print(f"reusing the seeded database {dbname}", file=sys.stderr)
+        else:
+            seeded = seed(url, args.rows, args.jobs, args.unhandled_slots)
         with psycopg.connect(url, autocommit=True) as conn:
             total = conn.execute("SELECT count(*) FROM runner.job_runs").fetchone()[0]  # type: ignore[index]
             dead = conn.execute("SELECT max(id) FROM runner.job_runs WHERE status = 'dead'"
@@ -192,7 +211,7 @@ def main() -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(30)
-        if not os.environ.get("BENCH_KEEP_DB"):
+        if not os.environ.get("BENCH_KEEP_DB") and not args.db:
             with psycopg.connect(args.dsn, autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 

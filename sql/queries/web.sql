@@ -102,3 +102,10 @@ FROM runner.alerts a
 WHERE (%(job_name)s::text IS NULL OR a.job_name = %(job_name)s)
 ORDER BY a.since DESC NULLS LAST, a.kind, a.job_name, a.run_id
 LIMIT %(limit)s
+
+-- name: alert_counts
+-- How many rows of runner.alerts each job has (the Jobs page's column; NULL job_name: alerts
+-- of no job, e.g. a lock squatter on a run that does not exist).
+SELECT a.job_name, count(*) AS alerts
+FROM runner.alerts a
+GROUP BY a.job_name

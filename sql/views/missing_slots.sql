@@ -98,9 +98,17 @@ WITH jobs AS MATERIALIZED (
                (SELECT CASE WHEN p.pruned_through IS NOT NULL THEN least(p.pruned_through, as_of) END
                 FROM runner.gap_watermarks p
                 WHERE p.job_name = j.job_name)) AS wm
-    FROM runner.jobs j
-    LEFT JOIN runner.gap_watermarks w ON w.job_name = j.job_name AND w.track_from = j.track_from
-    WHERE only_job IS NULL OR j.job_name = only_job
+    -- one job by its key, or every job: two branches, not "only_job IS NULL OR job_name =
+    -- only_job", which no index serves (this body is planned once for any only_job), so that
+    -- a call for one job (runner.job_health makes one per job) reads that job's rows, not
+    -- every job's (revision 0014_webperf)
+    FROM (SELECT o.* FROM runner.jobs o WHERE o.job_name = only_job
+          UNION ALL
+          SELECT a.* FROM runner.jobs a WHERE only_job IS NULL) j
+    -- (LIMIT 1: a probe by key per job, never a hash of every job's watermark)
+    LEFT JOIN LATERAL (SELECT m.complete_through, m.schedule_from FROM runner.gap_watermarks m
+                       WHERE m.job_name = j.job_name AND m.track_from = j.track_from
+                       LIMIT 1) w ON true
 ), segments AS (
     -- each schedule row's share of (watermark, as_of]: slots s with lo < s <= hi, within
     -- the spans the job was not retired (runner.tracked_spans_v1)

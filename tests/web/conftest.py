@@ -4,13 +4,22 @@ role limits are part of every test)."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+
+from tests.support import ROOT, eventually, runner_cmd
 
 HOSTILE_JOB = '<script>alert("job")</script>'
 HOSTILE_PART = '"><img src=x onerror=alert("part")>'
@@ -99,3 +108,54 @@ def requests_rows(url: str) -> list[dict[str, Any]]:
         cur.execute("SELECT id, action, job_name, who, reason, db_user, touched FROM runner.requests ORDER BY id")
         names = [c.name for c in cur.description or ()]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def runner_webs(url: str, logs: Path, specs: dict[str, tuple[tuple[str, ...], dict[str, str]]]
+                ) -> Iterator[dict[str, str]]:
+    """Real `runner web` subprocesses on the ledger at ``url``, started together: name ->
+    (extra arguments, environment). Their base URLs once each serves /login; each one's
+    output in ``logs/<name>.log``."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_WEB_")}
+    procs: dict[str, tuple[subprocess.Popen[bytes], str, Path, Any]] = {}
+    try:
+        for name, (args, env) in specs.items():
+            port = free_port()
+            log = logs / f"{name}.log"
+            out = log.open("w")
+            proc = subprocess.Popen(runner_cmd("web", "--port", str(port), "--database-url", url, *args),
+                                    env={**environ, **env}, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+            procs[name] = (proc, f"http://127.0.0.1:{port}", log, out)
+
+        def up() -> bool:
+            for proc, base, log, _ in procs.values():
+                assert proc.poll() is None, log.read_text()
+                try:
+                    with urllib.request.urlopen(base + "/login", timeout=2) as r:
+                        if r.status != 200:
+                            return False
+                except OSError:
+                    return False
+            return True
+
+        eventually(up, timeout=60, interval=0.1, message="runner web serves /login")
+        yield {name: base for name, (_, base, _, _) in procs.items()}
+    finally:
+        for proc, _, _, _ in procs.values():
+            proc.terminate()
+        for proc, _, _, out in procs.values():
+            proc.wait(30)
+            out.close()
+
+
+@contextmanager
+def runner_web(url: str, logs: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """One real `runner web` subprocess (runner_webs); its base URL."""
+    with runner_webs(url, logs, {"web": (args, env or {})}) as bases:
+        yield bases["web"]

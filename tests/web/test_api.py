@@ -445,3 +445,57 @@ def test_a_token_file_names_each_person_and_their_role(ledger: Ledger, tmp_path:
     tokens.write_text("just-one-operator-token-0123\n")
     [(_, user)] = auth.credentials(token_file=tokens, environ={}).tokens
     assert (user.name, user.role) == ("operator", "operator")
+
+
+def test_the_readme_documents_the_console_its_screenshot_and_every_api_route() -> None:
+    from starlette.routing import Route
+
+    from tests.support import ROOT
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Operator console"):text.index("## On call")]
+    shot = re.search(r"!\[[^]]*\]\((docs/[^)]+\.png)\)", section)
+    assert shot and (ROOT / shot.group(1)).stat().st_size > 10_000, "no screenshot of the console"
+    creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
+    web = create_app(WebConfig(database_url="postgresql://unused", read_database_url=None, credentials=creds))
+    routes = {r.path.replace("{run_id:int}", "N").replace("{plan_id:int}", "N").replace("{action}", "NAME")
+              for r in web.routes if isinstance(r, Route) and r.path.startswith("/api/")}
+    documented = {re.sub(r"/\d+|/ID", "/N", p.split("?")[0])
+                  for p in re.findall(r"(/api/[a-z/A-Z0-9_]+(?:\?[^' ]*)?)", section)}
+    assert routes <= documented | {"/api/actions/NAME"}, f"undocumented: {sorted(routes - documented)}"
+    assert documented <= routes, f"documented but not served: {sorted(documented - routes)}"
+    for needed in ("RUNNER_WEB_SESSION_SECRET", "--session-secret-file", "--trust-proxy-header",
+                   "--read-database-url", "429", "--login-failures-per-client", "viewer", "operator"):
+        assert needed in section, needed
+
+
+def test_the_pages_read_through_the_read_only_url_and_actions_write_through_the_other(ledger: Ledger) -> None:
+    import psycopg
+
+    creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
+    config = WebConfig(database_url=ledger.operator, read_database_url=ledger.readonly, credentials=creds)
+    with TestClient(create_app(config), follow_redirects=False) as client:
+        for path in ("/api/jobs", f"/api/runs/{ledger.ids['dead']}", "/api/alerts"):
+            assert client.get(path, headers=OP).status_code == 200, path
+        with psycopg.connect(ledger.admin, autocommit=True) as conn:
+            sessions = dict(conn.execute(
+                "SELECT application_name, usename FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name LIKE 'runner-web-%'").fetchall())
+        readonly_user = psycopg.conninfo.conninfo_to_dict(ledger.readonly)["user"]
+        operator_user = psycopg.conninfo.conninfo_to_dict(ledger.operator)["user"]
+        assert sessions == {"runner-web-read": readonly_user, "runner-web-act": operator_user}
+        done = client.post("/api/jobs/pause", headers=OP, json={"job": HOSTILE_JOB, "reason": "replica test"})
+        assert done.status_code == 200, done.text
+    assert requests_rows(ledger.admin)[-1]["db_user"] == operator_user
+
+
+def test_the_jobs_page_sorts_by_a_column_either_way_the_unhealthy_first_by_default(ledger: Ledger) -> None:
+    with console(ledger.operator) as client:
+        def names(query: str) -> list[str]:
+            return [j["job_name"] for j in client.get("/api/jobs" + query, headers=VIEW).json()["jobs"]]
+
+        assert names("")[0] == HOSTILE_JOB  # its dead run: unhealthy first
+        assert names("?sort=job_name") == sorted(names(""))
+        assert names("?sort=job_name&dir=desc") == sorted(names(""), reverse=True)
+        page = client.get("/?sort=job_name&dir=desc", headers=VIEW)
+        assert page.status_code == 200 and page.text.index("quiet") < page.text.index("&lt;script&gt;")
