@@ -57,7 +57,7 @@ def stop(*procs: RunnerProcess) -> None:
 
 def test_a_bulk_process_never_runs_a_live_slot_and_a_realtime_one_never_a_backfill(
         db_url: str, tmp_path: Path) -> None:
-    plan_id = backfill(db_url, 12, "--concurrency", "4")
+    plan_id = backfill(db_url, 6, "--concurrency", "4")
     bulk = RunnerProcess(APP, db_url, "--lanes", "bulk", "--poll-interval", "0.1", env={"LANE_WORK": "0.05"},
                          log=tmp_path / "bulk.log")
     live = RunnerProcess(APP, db_url, "--lanes", "realtime", "--poll-interval", "0.1", log=tmp_path / "live.log")
@@ -74,31 +74,23 @@ def test_a_bulk_process_never_runs_a_live_slot_and_a_realtime_one_never_a_backfi
     assert_ledger_clean(db_url)
 
 
-def test_a_lanes_fleet_concurrency_holds_across_two_processes(db_url: str, tmp_path: Path) -> None:
-    set_lane(db_url, "bulk", "--concurrency", "2")
-    plan_id = backfill(db_url, 16, "--concurrency", "10")  # the plan would allow 10
-    procs = [RunnerProcess(APP, db_url, "--lanes", "bulk", "--poll-interval", "0.05", env={"LANE_WORK": "0.2"},
-                           log=tmp_path / f"{i}.log") for i in range(2)]
-    try:
-        eventually(lambda: completed(db_url, plan_id), timeout=60)
-    finally:
-        stop(*procs)
-    assert scalar(db_url, MAX_OVERLAP, {"lane": "bulk", "per_process": False}) == 2
-    pids = {r[0] for r in rows(db_url, "SELECT DISTINCT owner_pid FROM runner.attempts")}
-    assert pids == {p.proc.pid for p in procs}  # both took part
-
-
-def test_per_process_lane_slots_hold(db_url: str, tmp_path: Path) -> None:
-    plan_id = backfill(db_url, 16, "--concurrency", "10")
+def test_fleet_concurrency_and_per_process_slots_hold_across_two_processes(db_url: str, tmp_path: Path) -> None:
+    """The lane allows 3 fleet-wide, each process 2 handler slots, the plan 10: the ledger
+    shows at most 3 bulk attempts at once in all, at most 2 on either process, and both
+    bounds reached."""
+    set_lane(db_url, "bulk", "--concurrency", "3")
+    plan_id = backfill(db_url, 12, "--concurrency", "10")
     procs = [RunnerProcess(APP, db_url, "--lanes", "bulk,correction", "--lane-slots", "bulk=2",
-                           "--poll-interval", "0.05", env={"LANE_WORK": "0.2"}, log=tmp_path / f"{i}.log")
+                           "--poll-interval", "0.05", env={"LANE_WORK": "0.25"}, log=tmp_path / f"{i}.log")
              for i in range(2)]
     try:
         eventually(lambda: completed(db_url, plan_id), timeout=60)
     finally:
         stop(*procs)
+    assert scalar(db_url, MAX_OVERLAP, {"lane": "bulk", "per_process": False}) == 3
     assert scalar(db_url, MAX_OVERLAP, {"lane": "bulk", "per_process": True}) == 2
-    assert 2 < scalar(db_url, MAX_OVERLAP, {"lane": "bulk", "per_process": False}) <= 4
+    pids = {r[0] for r in rows(db_url, "SELECT DISTINCT owner_pid FROM runner.attempts")}
+    assert pids == {p.proc.pid for p in procs}  # both took part
 
 
 def test_realtime_keeps_its_handlers_while_bulk_is_saturated_on_a_shared_process(
@@ -125,6 +117,8 @@ def test_realtime_keeps_its_handlers_while_bulk_is_saturated_on_a_shared_process
             conn.execute("INSERT INTO lane_release VALUES (now())")
         eventually(lambda: completed(db_url, plan_id), timeout=30)
     finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO lane_release VALUES (now())")  # (again) so that it stops at once
         stop(proc)
 
 
@@ -192,35 +186,51 @@ def test_a_lanes_rate_bounds_starts_across_claims(db_url: str) -> None:
 
 
 def test_start_refuses_an_unknown_lane_in_one_line(db_url: str) -> None:
-    for args, text in [(("--lanes", "nope"), "unknown lane 'nope'"),
-                       (("--lanes", "Bad!"), "is not a lane name"),
-                       (("--lanes", "bulk", "--lane-slots", "correction=2"), "not served by this process"),
-                       (("--lane-slots", "bulk=0"), "N must be an integer >= 1")]:
-        out = run_cli("start", "--app", APP, *args, url=db_url, timeout=60)
-        assert out.returncode != 0, args
-        lines = [line for line in out.stderr.splitlines() if "error" in line]
-        assert len(lines) == 1 and text in lines[0], out.stderr
+    out = run_cli("start", "--app", APP, "--lanes", "bulk,nope", url=db_url, timeout=60)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1].startswith("runner: error: unknown lane 'nope'"), out.stderr
+    assert len([line for line in out.stderr.splitlines() if "error" in line]) == 1, out.stderr
     assert scalar(db_url, "SELECT count(*) FROM runner.instances") == 0  # nothing half-started
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for wanted, slots, text in [(("nope",), {}, "unknown lane 'nope'"),
+                                    (("bulk",), {"correction": 2}, "not served by this process")]:
+            with pytest.raises(lanes.LaneError, match=text):
+                lanes.resolve(conn, wanted, slots, 10)
+        with pytest.raises(lanes.LaneError, match="unknown lane 'reports'"):
+            lanes.resolve(conn, None, {}, 10, [("report_job", "reports")])
+        served = lanes.resolve(conn, ("bulk", "realtime"), {"bulk": 3}, 8)
+        assert served.slots == {"realtime": 8, "bulk": 3}
+        assert lanes.resolve(conn, ("bulk",), {}, 8).slots == {"bulk": 8}
+        assert lanes.resolve(conn, None, {}, 8).slots == {"realtime": 8, "correction": 4, "manual": 2, "bulk": 2}
+    for text, error in [("Bad!", "is not a lane name"), (" , ", "names no lane")]:
+        with pytest.raises(lanes.LaneError, match=error):
+            lanes.parse_lanes(text)
+    for text, error in [("bulk=0", "N must be an integer >= 1"), ("bulk", "is not LANE=N")]:
+        with pytest.raises(lanes.LaneError, match=error):
+            lanes.parse_lane_slots(text)
+    assert lanes.parse_lane_slots("bulk=2, correction=4") == {"bulk": 2, "correction": 4}
 
 
 def test_lane_set_adds_a_lane_audited_and_refuses_bad_input(db_url: str) -> None:
     set_lane(db_url, "reports", "--rank", "15", "--concurrency", "3", "--rate", "0.5")
     assert rows(db_url, "SELECT lane, rank, concurrency, rate FROM runner.lanes WHERE lane = 'reports'") == [
         ("reports", 15, 3, 0.5)]
-    set_lane(db_url, "reports", "--concurrency", "none")
-    assert scalar(db_url, "SELECT concurrency FROM runner.lanes WHERE lane = 'reports'") is None
-    assert scalar(db_url, "SELECT count(*) FROM runner.requests WHERE action = 'lane_set'") == 2
-    for args, text in [(("Bad-Name",), "is not valid"), (("realtime", "--concurrency", "2"), "takes no fleet limit"),
-                       (("bulk", "--rate", "-1"), "rate must be a positive"),
-                       (("bulk", "--concurrency", "x"), "must be a number or none")]:
-        out = run_cli("lane", "set", *args, "--reason", "r", url=db_url)
-        assert out.returncode != 0 and text in out.stderr, (args, out.stderr)
-        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        lanes.set_lane(conn, "reports", "no cap", concurrency=None, set_concurrency=True, who="t")
+        assert scalar(db_url, "SELECT concurrency FROM runner.lanes WHERE lane = 'reports'") is None
+        assert scalar(db_url, "SELECT count(*) FROM runner.requests WHERE action = 'lane_set'") == 2
+        for name, kw, text in [("Bad-Name", {}, "is not valid"),
+                               ("realtime", {"concurrency": 2, "set_concurrency": True}, "takes no fleet limit"),
+                               ("bulk", {"rate": -1.0, "set_rate": True}, "rate must be a positive")]:
+            with pytest.raises(lanes.OperatorError, match=text):
+                lanes.set_lane(conn, name, "r", who="t", **kw)
+    out = run_cli("lane", "set", "realtime", "--rate", "5", "--reason", "r", url=db_url)
+    assert out.returncode != 0 and "takes no fleet limit" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert scalar(db_url, "SELECT count(*) FROM runner.requests WHERE action = 'lane_set'") == 2
     listed = run_cli("lane", "list", "--json", url=db_url)
     assert listed.returncode == 0
-    assert [r["lane"] for r in json.loads(listed.stdout)] == [
-        "realtime", "correction", "reports", "manual", "bulk"]
+    assert [r["lane"] for r in json.loads(listed.stdout)] == ["realtime", "correction", "reports", "manual", "bulk"]
 
 
 def test_backfill_refuses_an_unknown_lane_and_accepts_the_old_tag(db_url: str) -> None:
@@ -229,8 +239,3 @@ def test_backfill_refuses_an_unknown_lane_and_accepts_the_old_tag(db_url: str) -
     assert out.returncode != 0 and "unknown lane 'nope'" in out.stderr
     assert scalar(db_url, "SELECT count(*) FROM runner.backfills") == 0
     assert lanes.plan_lane("backfill") == "bulk" and lanes.plan_lane("catch_up") == "correction"
-
-
-@pytest.mark.parametrize("text", ["realtime", "bulk,correction"])
-def test_parse_lanes(text: str) -> None:
-    assert lanes.parse_lanes(text) == tuple(text.split(","))
