@@ -19,10 +19,14 @@ So a backfill never makes a second run for a slot x partition: it reuses the run
 key (slot, partition, window, idempotency key). The dry run shows the same impact and writes
 nothing.
 
-**The lane.** Runs of a plan that is not finished are never claimed by the loop's
-``claim_due_runs``; ``run_once`` (called by every ``runner start`` loop once per poll, after
-the slots, takeovers and retries of that tick, with at most half of the process's free
-capacity) claims them, oldest slot first, under the plan's limits:
+**The lane.** A plan's runs belong to its lane (``Spec.lane``, ``bulk`` by default;
+runner/lanes.py: the old tags ``backfill`` and ``catch_up`` read as bulk and correction). Runs of
+a plan that is not finished are never claimed by the loop's ``claim_due_runs``; ``run_once``
+(called by every ``runner start`` loop that serves the plan's lane, once per poll, after the
+slots, takeovers and retries of that tick, within the lane's free handler slots on that
+process and none while live claims wait) claims them, oldest slot first, under the plan's
+limits and its lane's fleet budget (``runner.lane_budget_v1``: the lane's concurrency and rate,
+taken under the lane row's lock):
 
 * ``concurrency``: at most this many runs of the plan running at once, across all
   processes (counted in the ledger);

@@ -17,8 +17,11 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
 A background thread advances the gap scan's watermarks every minute on one more connection
 (runner/gapscan.py), another evaluates backfill pause conditions on one more
 (runner/conditions.py: untrusted SQL, never on the lock connection), and another prunes old
-runs by the retention policy on one more (runner/retention.py). So a process holds at most
-``workers + max(2, workers // 4) + 5`` connections, however many runs it executes. A job an
+runs by the retention policy on one more (runner/retention.py). Lanes (runner/lanes.py): the
+handler threads and the ``ctx.db`` pool are per served lane, each of its lane's slots
+(``workers`` for realtime, or for a process serving one lane). So a process holds at most
+``S + max(2, workers // 4) + 5`` connections, S the sum of its lanes' slots, however many
+runs it executes. A job an
 operator retired starts nothing after its retirement instant: the claim statements skip its
 later slots, retries and reruns (read at every claim, so a live runner stops within a poll
 interval).
@@ -45,7 +48,10 @@ DO NOTHING, and whoever inserts first owns the run.
 
 Each tick runs the loop's *duties* (runner/duties.py) in a fixed order written down in
 ``Worker._make_duties``: timeouts, fan-out, steal, claims, misfire, then every poll interval
-requeue_waiting, shares, takeover and retries, then the backfill lane, beats and the clock.
+requeue_waiting, shares, takeover and retries, then backfill plans, beats and the clock. The
+order is also the lanes' priority (realtime > correction > manual > bulk): live slots first,
+then queued runs lane by lane, each within its own handler slots here and its fleet budget,
+then plans; only the jobs of served lanes are fanned out (``Worker.live``).
 Each duty has its own cadence and error boundary: one that raises is logged, counted
 (``runner_duty_failures_total{duty}``) and retried with backoff while the others go on; only
 a lost lock session goes up to the loop, which reconnects.
