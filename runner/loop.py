@@ -257,6 +257,7 @@ class Worker:
         self._lane_handlers: dict[str, HandlerPool] = {}
         self._lane_pools: dict[str, ConnectionPool[Any]] = {}
         self._lane_inflight: dict[str, int] = {}
+        self._lane_lock = threading.Lock()
         self._lanes_at = 0.0  # serving every lane: when the lane list was last read
         self._lane_runs: set[int] = set()  # runs the backfill lane started, still running
         # run id -> fence of the attempt whose advisory lock this process's lock session
@@ -384,7 +385,9 @@ class Worker:
                   fence=active.run.fence, reason=f"still running after the {self.config.grace}s grace")
             self._finished.put((active.run, Outcome(active.run.id, active.run.fence, "released",
                                                     attempt_status="released")))
-        for handlers in self._lane_handlers.values():
+        with self._lane_lock:
+            all_handlers, all_pools = list(self._lane_handlers.values()), list(self._lane_pools.values())
+        for handlers in all_handlers:
             handlers.shutdown()
         if self._async is not None:
             self._async.shutdown()
@@ -398,7 +401,7 @@ class Worker:
                 log.warning("could not deregister: %s", _first_line(exc))
             finally:
                 self._lock_conn.close()
-        for pool in [*self._lane_pools.values(), self._control]:
+        for pool in [*all_pools, self._control]:
             if pool is not None:
                 pool.close(timeout=1.0)
         event(log, "runner_stopped", pid=self.owner.pid, **self.stats)
@@ -535,15 +538,16 @@ class Worker:
     def _lane_resources(self, lane: str) -> tuple[HandlerPool, ConnectionPool[Any]]:
         """A lane's handler threads and ctx.db pool, made on first use (a run of a lane added
         after the start, or taken over)."""
-        handlers = self._lane_handlers.get(lane)
-        pool = self._lane_pools.get(lane)
-        if handlers is None or pool is None:
-            n = self._slots(lane)
-            handlers = self._lane_handlers[lane] = HandlerPool(n)
-            pool = self._lane_pools[lane] = ConnectionPool(
-                self.url, min_size=0, max_size=n, open=True,
-                kwargs={"autocommit": True, "application_name": f"runner-{lane}"[:63]})
-        return handlers, pool
+        with self._lane_lock:  # the loop thread and handler threads
+            handlers = self._lane_handlers.get(lane)
+            pool = self._lane_pools.get(lane)
+            if handlers is None or pool is None:
+                n = self._slots(lane)
+                handlers = self._lane_handlers[lane] = HandlerPool(n)
+                pool = self._lane_pools[lane] = ConnectionPool(
+                    self.url, min_size=0, max_size=n, open=True,
+                    kwargs={"autocommit": True, "application_name": f"runner-{lane}"[:63]})
+            return handlers, pool
 
     def _lane(self) -> None:
         """The backfill lane (runner/backfill.py), below realtime: after this tick's slots,

@@ -10,7 +10,7 @@ a backfill of ``--slots`` past minutes of ``hist`` (no rate limit, plan concurre
 ``--concurrency``, no-op handlers, i.e. as fast as the runners go):
 
 * (a) shared: ``--processes`` ``runner start`` processes serving every lane (no ``--lanes``:
-  the backfill runs on the live processes, in their default bulk slots);
+  the backfill runs on the live processes, ``--lane-slots bulk=N``, ``--shared-bulk-slots``);
 * (b) dedicated: ``--processes`` processes with ``--lanes realtime,correction,manual`` and
   ``--bulk-processes`` processes with ``--lanes bulk``;
 * (c) the baseline: each set-up's first ``--baseline`` seconds, before its backfill (the
@@ -189,7 +189,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 poll = ("--poll-interval", str(args.poll_interval))
                 if label == "shared":
                     for i in range(args.processes):
-                        setup.start(f"shared-{n}-{i}", *poll)
+                        setup.start(f"shared-{n}-{i}", "--lane-slots", f"bulk={args.shared_bulk_slots}", *poll)
                 else:
                     for i in range(args.processes):
                         setup.start(f"live-{n}-{i}", "--lanes", "realtime,correction,manual", *poll)
@@ -233,7 +233,7 @@ def markdown(r: dict[str, Any]) -> str:
              f"PostgreSQL {env.get('postgres')}, Python {env.get('python')}.", "",
              f"{s['live']} live no-op jobs every 1 s; a backfill of {s['slots']:,} slots (no rate limit, "
              f"plan concurrency {s['concurrency']}, no-op handlers). (a) shared: {s['processes']} processes "
-             f"serving every lane; (b) dedicated: {s['processes']} with `--lanes realtime,correction,manual` "
+             f"serving every lane with `--lane-slots bulk={s['shared_bulk_slots']}`; (b) dedicated: {s['processes']} with `--lanes realtime,correction,manual` "
              f"+ {s['bulk_processes']} with `--lanes bulk`; (c) baseline: each set-up's {s['baseline']:.0f} s "
              f"before its backfill. --workers {s['workers']}, poll {s['poll_interval']} s. Medians of "
              f"{s['repeat']} round(s); lag = started_at - schedule_slot from the ledger.", "",
@@ -258,6 +258,8 @@ def main() -> None:
     parser.add_argument("--bulk-processes", type=int, default=2, help="dedicated --lanes bulk processes in (b)")
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=100, help="the plan's concurrency")
+    parser.add_argument("--shared-bulk-slots", type=int, default=10,
+                        help="bulk handler slots of each shared process in (a): flat out, as many as --workers")
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--baseline", type=float, default=30.0, help="seconds of live jobs alone per set-up")
     parser.add_argument("--warmup", type=float, default=5.0)
