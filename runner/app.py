@@ -31,6 +31,7 @@ VerifyFn: TypeAlias = Callable[[Any, datetime, datetime, str], object]
 _MAX_NAME = 200
 MISFIRE_POLICIES = ("skip", "coalesce", "replay", "manual")
 OVERLAP_POLICIES = ("allow", "skip", "wait")
+LANE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # runner.lanes (revision 0011_lanes)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -117,6 +118,7 @@ class JobDef:
     max_catch_up_age: timedelta | None = None
     stale_after: timedelta | None = None  # runner.alerts: no success for longer than this
     overlap: str = "allow"
+    lane: str = "realtime"  # the lane of its live slots (runner/lanes.py)
     verify: VerifyFn | str | None = None  # a results check: callable or SQL (runner/backfill.py)
     window: timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None
     retention: Retention | None = None  # None: the runner's --retention-default, else never pruned
@@ -266,6 +268,7 @@ class Runner:
         max_catch_up_age: str | int | float | timedelta | None = None,
         stale_after: str | int | float | timedelta | None = None,
         overlap: str = "allow",
+        lane: str = "realtime",
         verify: VerifyFn | str | None = None,
         window: str | int | float | timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None,
         retention: str | int | float | timedelta | dict[str, Any] | None = None,
@@ -292,6 +295,7 @@ class Runner:
             max_catch_up_age=max_catch_up_age,
             stale_after=stale_after,
             overlap=overlap,
+            lane=lane,
             verify=verify,
             window=window,
             retention=retention,
@@ -365,6 +369,10 @@ class Runner:
         if kw["overlap"] not in OVERLAP_POLICIES:
             raise JobDefinitionError(
                 job, "overlap", f"must be one of {', '.join(OVERLAP_POLICIES)}, got {kw['overlap']!r}")
+        lane = kw.get("lane", "realtime")
+        if not isinstance(lane, str) or not LANE_NAME.fullmatch(lane):
+            raise JobDefinitionError(job, "lane", "must be a lane name (1 to 40 of a-z, 0-9 and _, "
+                                                  f"starting with a letter), got {lane!r}")
         window = kw["window"]
         if window is not None and not callable(window):
             window = _interval_of(job, "window", window)
@@ -386,6 +394,7 @@ class Runner:
             verify=verify,
             window=window,
             overlap=kw["overlap"],
+            lane=lane,
             timeout=timeout,
             lease=lease,
             misfire=misfire,

@@ -19,10 +19,14 @@ So a backfill never makes a second run for a slot x partition: it reuses the run
 key (slot, partition, window, idempotency key). The dry run shows the same impact and writes
 nothing.
 
-**The lane.** Runs of a plan that is not finished are never claimed by the loop's
-``claim_due_runs``; ``run_once`` (called by every ``runner start`` loop once per poll, after
-the slots, takeovers and retries of that tick, with at most half of the process's free
-capacity) claims them, oldest slot first, under the plan's limits:
+**The lane.** A plan's runs belong to its lane (``Spec.lane``, ``bulk`` by default;
+runner/lanes.py: the old tags ``backfill`` and ``catch_up`` read as bulk and correction). Runs of
+a plan that is not finished are never claimed by the loop's ``claim_due_runs``; ``run_once``
+(called by every ``runner start`` loop that serves the plan's lane, once per poll, after the
+slots, takeovers and retries of that tick, within the lane's free handler slots on that
+process and none while live claims wait) claims them, oldest slot first, under the plan's
+limits and its lane's fleet budget (``runner.lane_budget_v1``: the lane's concurrency and rate,
+taken under the lane row's lock):
 
 * ``concurrency``: at most this many runs of the plan running at once, across all
   processes (counted in the ledger);
@@ -74,7 +78,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from runner import conditions, ledger, operate
+from runner import conditions, lanes, ledger, operate
 from runner.app import JobDef
 from runner.ledger import ClaimedRun, Owner
 from runner.operate import OperatorError, default_who
@@ -116,7 +120,7 @@ class Spec:
     range_from: datetime
     range_to: datetime
     partitions: tuple[str, ...] = ()  # empty: the job's own
-    lane: str = "backfill"
+    lane: str = "bulk"  # runner/lanes.py
     concurrency: int = 1
     rate: float | None = None  # runs started per second; None: unlimited
     max_failures: int | None = 10
@@ -266,6 +270,10 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
         raise OperatorError("--max-failures must be 0 or more")
     if not spec.lane.strip():
         raise OperatorError("--lane must not be empty")
+    known = ledger.all_lanes(conn)
+    if lanes.plan_lane(spec.lane) not in known:
+        raise OperatorError(f"unknown lane {spec.lane!r} (lanes: {', '.join(known)}; add one with "
+                            "runner lane set)")
     pause_now = None
     if spec.pause_when is not None:
         if not spec.pause_when.strip():
@@ -313,19 +321,34 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
 # -- the lane -------------------------------------------------------------------------------
 
 
-def run_once(conn: psycopg.Connection[Any], owner: Owner, jobs: Mapping[str, JobDef], limit: int,
-             now: datetime | None = None) -> list[ClaimedRun]:
+def run_once(conn: psycopg.Connection[Any], owner: Owner, jobs: Mapping[str, JobDef],
+             limit: int | Mapping[str, int], now: datetime | None = None) -> list[ClaimedRun]:
     """One pass of the backfill lane over the running plans of ``jobs``: pause, complete,
-    and claim up to ``limit`` runs (all plans together). ``conn`` must be this process's lock
-    session (autocommit): the runs claimed are locked on it. Returns the runs to start."""
+    and claim runs: ``limit`` maps each lane this process serves to how many of its runs it
+    may start now (its free handler slots; an int: that many, whatever the plan's lane). A
+    plan in a lane not in the mapping is left to the processes that serve it. ``conn`` must
+    be this process's lock session (autocommit): the runs claimed are locked on it. Returns
+    the runs to start."""
     claimed: list[ClaimedRun] = []
+    room = dict(limit) if not isinstance(limit, int) else None
     plans = ledger.dict_rows(conn, Q["lane_plans"], {})
     for p in plans:
         job = jobs.get(p["job_name"])
         if job is None:
             continue  # a job this process does not define: another runner's
+        lane = lanes.plan_lane(p["lane"])
+        if room is not None and lane not in room:
+            continue  # a lane this process does not serve
+        if room is None:
+            assert isinstance(limit, int)
+            free = limit - len(claimed)
+        else:
+            free = room[lane]
         try:
-            completed = _plan_pass(conn, owner, job, p, limit - len(claimed), now, claimed)
+            before = len(claimed)
+            completed = _plan_pass(conn, owner, job, p, free, now, claimed, lane)
+            if room is not None:
+                room[lane] -= len(claimed) - before
         except Exception as exc:
             if isinstance(exc, psycopg.OperationalError) or conn.closed or conn.broken:
                 raise
@@ -339,9 +362,10 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, jobs: Mapping[str, Job
 
 
 def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict[str, Any], limit: int,
-               now: datetime | None, claimed: list[ClaimedRun]) -> bool:
+               now: datetime | None, claimed: list[ClaimedRun], lane: str) -> bool:
     """One plan's turn, in one transaction under its advisory lock: pause it, complete it
-    (returns True), or claim its next runs into ``claimed``."""
+    (returns True), or claim its next runs into ``claimed`` (within ``limit``, the plan's
+    concurrency and rate, and its lane's fleet budget)."""
     with conn.transaction():
         got = _one(conn, "try_lock_plan", {"namespace": owner.namespace, "plan_id": p["id"]})
         if not (got and got["locked"]):
@@ -368,7 +392,7 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
             return False
         rows = conn.execute(Q["claim_plan_runs"], {
             **owner.params(), "plan_id": p["id"], "replay_group_id": state["replay_group_id"],
-            "limit": room, "tokens": tokens, "now": now}).fetchall()
+            "limit": room, "tokens": tokens, "lane": lane, "now": now}).fetchall()
         claimed.extend(ledger.claimed_rows(rows)[1])
     return False
 

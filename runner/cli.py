@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import approvals, audit, backfill, ledger, migrate, operate
+from runner import approvals, audit, backfill, lanes, ledger, migrate, operate
 from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 from runner.errors import JobDefinitionError, JobRetired
 from runner.loader import load_app
@@ -131,7 +131,7 @@ def _errors() -> Iterator[None]:
     """Turn expected failures into one clear line and exit code 1."""
     try:
         yield
-    except (ConfigError, JobDefinitionError, JobRetired, operate.OperatorError) as exc:
+    except (ConfigError, JobDefinitionError, JobRetired, operate.OperatorError, lanes.LaneError) as exc:
         fail(str(exc))
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -282,6 +282,13 @@ def start(
              '\'{"succeeded": "30d", "failed": "180d"}\' (default: forever)')] = None,
     prune_interval: Annotated[float, typer.Option(
         min=0.05, help="seconds between passes of the retention duty")] = 60.0,
+    lanes_: Annotated[str | None, typer.Option(
+        "--lanes", help="the lanes this process serves, e.g. realtime or bulk,correction "
+                        "(default: every lane)")] = None,
+    lane_slots: Annotated[str | None, typer.Option(
+        help="handler slots per lane on this process, e.g. bulk=2,correction=4 (default: "
+             "--workers for one lane; else realtime --workers, correction workers/2, others workers/4)")]
+    = None,
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter, TextFormatter, event
@@ -319,6 +326,8 @@ def start(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     with _errors():
+        served = lanes.parse_lanes(lanes_)
+        slots = lanes.parse_lane_slots(lane_slots)
         runner_app = load_app(app_spec)
         if not runner_app.jobs:
             raise ConfigError(f"the app {app_spec!r} registers no jobs")
@@ -333,7 +342,8 @@ def start(
             keep = _retention_option(retention_default)
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
                             grace=grace, prometheus_url=prometheus_url, async_workers=async_workers,
-                            retention_default=keep, prune_interval=prune_interval)
+                            retention_default=keep, prune_interval=prune_interval,
+                            lanes=served, lane_slots=tuple(slots.items()))
         metrics = Metrics()
         if metrics_port is not None:
             try:
@@ -888,7 +898,8 @@ def backfill_create(
     partition: Annotated[list[str] | None, typer.Option(
         "--partition", help="only these partitions (repeatable; default: the job's)")] = None,
     by: ByOpt = None,
-    lane: Annotated[str, typer.Option(help="the lane its runs are tagged with")] = "backfill",
+    lane: Annotated[str, typer.Option(
+        help="the lane its runs belong to (runner lane list: bulk by default)")] = "bulk",
     concurrency: Annotated[int, typer.Option(min=1, help="runs of the plan running at once, at most")] = 1,
     rate: Annotated[float | None, typer.Option(help="runs started per second, at most (default: unlimited)")]
     = None,
@@ -1306,3 +1317,71 @@ def main() -> None:
         sys.exit(130)
 
 
+
+
+# -- lanes --------------------------------------------------------------------------------
+
+lane_app = typer.Typer(help="Lanes: the workloads runner processes serve, and their fleet limits.",
+                       no_args_is_help=True)
+app.add_typer(lane_app, name="lane")
+
+
+def _limit(value: str | None, name: str, kind: type) -> tuple[Any, bool]:
+    """An optional limit option: absent (keep), "none" (remove), or a number."""
+    if value is None:
+        return None, False
+    if value.strip().lower() == "none":
+        return None, True
+    try:
+        number = kind(value)
+    except ValueError:
+        fail(f"{name} must be a number or none, got {value!r}", 2)
+    return number, True
+
+
+@lane_app.command("list")
+def lane_list(as_json: JsonOpt = False, database_url: DbOpt = None) -> None:
+    """The lanes by priority (rank, lower first), their fleet limits and runs."""
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        found = lanes.list_lanes(conn)
+        conn.close()
+    if as_json:
+        _print_json(found)
+        return
+    rows = [{**r, "concurrency": "" if r["concurrency"] is None else r["concurrency"],
+             "rate": "" if r["rate"] is None else f"{r['rate']:g}/s"} for r in found]
+    _print_table("lanes", rows, ["lane", "rank", "concurrency", "rate", "running", "queued", "builtin",
+                                 "description"])
+
+
+@lane_app.command("set")
+def lane_set(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the lane (a new name adds it)")],
+    reason: ReasonOpt,
+    rank: Annotated[int | None, typer.Option(
+        min=0, max=1000, help="priority, lower first (realtime 0, correction 10, manual 20, bulk 30; "
+                              "a new lane: 25)")] = None,
+    concurrency: Annotated[str | None, typer.Option(
+        help="its queued runs running at once across every process (none: no limit)")] = None,
+    rate: Annotated[str | None, typer.Option(
+        help="starts of its queued runs per second across every process (none: no limit)")] = None,
+    description: Annotated[str | None, typer.Option(help="what the lane is for")] = None,
+    by: ByOpt = None, as_json: JsonOpt = False, database_url: DbOpt = None,
+) -> None:
+    """Add a lane or change its rank and fleet limits. Audited (runner.requests)."""
+    why = _reason(reason)
+    conc, set_conc = _limit(concurrency, "--concurrency", int)
+    per_second, set_rate = _limit(rate, "--rate", float)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        done = lanes.set_lane(conn, name, why, rank=rank, concurrency=conc, set_concurrency=set_conc,
+                              rate=per_second, set_rate=set_rate, description=description, who=by)
+        conn.close()
+    if as_json:
+        _print_value(done)
+        return
+    limits = (f"concurrency {'none' if done['concurrency'] is None else done['concurrency']}, "
+              f"rate {'none' if done['rate'] is None else format(done['rate'], 'g') + '/s'}")
+    _say(f"lane {done['lane']} {'added' if done['created'] else 'changed'}: rank {done['rank']}, {limits}; "
+         f"request {done['request_id']}")

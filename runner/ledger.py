@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -55,6 +55,7 @@ class SlotClaim:
     window_end: datetime
     idempotency_key: str
     overlap: str = "allow"
+    lane: str = "realtime"  # the job's lane (revision 0011_lanes): recorded on the run
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class ClaimedRun:
     idempotency_key: str
     uncounted_attempts: int
     locked: bool
+    lane: str = "realtime"  # the lane the run belongs to (runner/lanes.py)
 
     @property
     def counted_attempts(self) -> int:
@@ -188,7 +190,8 @@ def claimed_rows(rows: list[tuple[Any, ...]]) -> tuple[datetime, list[ClaimedRun
     """The runs whose new attempt runner.start_attempts_v1 started (rows: db_now, the run's
     columns, locked, outcome); runs it sent dead instead are left out (see ``dead_rows``)."""
     now: datetime = _utc(rows[0][0])
-    runs = [ClaimedRun(*map(_utc, row[1:14])) for row in rows if row[1] is not None and row[14] == "started"]
+    runs = [ClaimedRun(*map(_utc, row[1:14]), **({"lane": row[15]} if len(row) > 15 and row[15] else {}))
+            for row in rows if row[1] is not None and row[14] == "started"]
     return now, runs
 
 
@@ -223,13 +226,14 @@ def claim_slots_waiting(
     for c in claims:
         if last is None or not (c.slot is last.slot and c.job_name is last.job_name
                                 and c.window_start is last.window_start and c.window_end is last.window_end
-                                and c.business_date is last.business_date and c.overlap is last.overlap):
-            key = (c.job_name, c.slot, c.business_date, c.window_start, c.window_end, c.overlap)
+                                and c.business_date is last.business_date and c.overlap is last.overlap
+                                and c.lane is last.lane):
+            key = (c.job_name, c.slot, c.business_date, c.window_start, c.window_end, c.overlap, c.lane)
             gi = index.get(key, -1)
             if gi < 0:
                 gi = index[key] = len(groups)
                 groups.append([c.job_name, c.slot.isoformat(), c.business_date.isoformat(),
-                               c.window_start.isoformat(), c.window_end.isoformat(), c.overlap])
+                               c.window_start.isoformat(), c.window_end.isoformat(), c.overlap, c.lane])
             last = c
         rows.append([gi, c.partition_key, c.idempotency_key])
     params = {**owner.params(), "now": now, "groups": json.dumps(groups), "rows": json.dumps(rows)}
@@ -241,7 +245,7 @@ def claim_slots_waiting(
             c = claims[n - 1]
             runs.append(ClaimedRun(run_id, c.job_name, c.slot, c.partition_key, c.business_date,
                                    c.window_start, c.window_end, "schedule", 1, 1, c.idempotency_key,
-                                   0, locked))
+                                   0, locked, c.lane))
     waiting_at = result[0][4] or ()
     waiting = {(claims[n - 1].job_name, claims[n - 1].slot, claims[n - 1].partition_key) for n in waiting_at}
     return db_now, runs, waiting
@@ -253,12 +257,24 @@ def id_array(ids: Sequence[int]) -> str:
 
 
 def claim_due_runs(
-    conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
+    conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int | Mapping[str, int],
     now: datetime | None = None,
 ) -> tuple[datetime, list[ClaimedRun]]:
-    """Start the next attempt of runs that wait for one (retries, queued runs)."""
-    params = {**owner.params(), "now": now, "job_names": list(job_names), "limit": limit}
+    """Start the next attempt of runs that wait for one (retries, queued runs), lane by lane:
+    ``limit`` maps each lane to claim from to its free handler slots here (an int: that many
+    in every known lane), within each lane's fleet budget (sql/queries/ledger.sql)."""
+    if isinstance(limit, int):
+        limits = {lane: limit for lane in all_lanes(conn)}
+    else:
+        limits = {lane: n for lane, n in limit.items() if n > 0}
+    params = {**owner.params(), "now": now, "job_names": list(job_names),
+              "lanes": list(limits), "limits": list(limits.values())}
     return claimed_rows(conn.execute(Q["claim_due_runs"], params).fetchall())
+
+
+def all_lanes(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every lane in runner.lanes, by priority (rank)."""
+    return [row[0] for row in conn.execute(Q["all_lanes"]).fetchall()]
 
 
 def finish_attempts(
@@ -399,13 +415,14 @@ def end_squatters(conn: psycopg.Connection[Any], namespace: int) -> list[Squatte
 
 def take_over_orphans(
     conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
-    now: datetime | None = None,
+    now: datetime | None = None, lanes: Sequence[str] | None = None,
 ) -> tuple[list[ClaimedRun], list[int]]:
     """Take over running runs whose lock nobody holds. Returns the runs taken (locked on
     this session), and the ids of those that went dead instead because they were out of
     attempts (also locked on this session: the caller releases them)."""
     rows = conn.execute(TQ["take_over_orphans"], {
-        **owner.params(), "job_names": list(job_names), "limit": limit, "now": now}).fetchall()
+        **owner.params(), "job_names": list(job_names), "limit": limit, "now": now,
+        "lanes": list(lanes) if lanes is not None else None}).fetchall()
     return claimed_rows(rows)[1], dead_rows(rows)
 
 

@@ -17,8 +17,11 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
 A background thread advances the gap scan's watermarks every minute on one more connection
 (runner/gapscan.py), another evaluates backfill pause conditions on one more
 (runner/conditions.py: untrusted SQL, never on the lock connection), and another prunes old
-runs by the retention policy on one more (runner/retention.py). So a process holds at most
-``workers + max(2, workers // 4) + 5`` connections, however many runs it executes. A job an
+runs by the retention policy on one more (runner/retention.py). Lanes (runner/lanes.py): the
+handler threads and the ``ctx.db`` pool are per served lane, each of its lane's slots
+(``workers`` for realtime, or for a process serving one lane). So a process holds at most
+``S + max(2, workers // 4) + 5`` connections, S the sum of its lanes' slots, however many
+runs it executes. A job an
 operator retired starts nothing after its retirement instant: the claim statements skip its
 later slots, retries and reruns (read at every claim, so a live runner stops within a poll
 interval).
@@ -45,7 +48,10 @@ DO NOTHING, and whoever inserts first owns the run.
 
 Each tick runs the loop's *duties* (runner/duties.py) in a fixed order written down in
 ``Worker._make_duties``: timeouts, fan-out, steal, claims, misfire, then every poll interval
-requeue_waiting, shares, takeover and retries, then the backfill lane, beats and the clock.
+requeue_waiting, shares, takeover and retries, then backfill plans, beats and the clock. The
+order is also the lanes' priority (realtime > correction > manual > bulk): live slots first,
+then queued runs lane by lane, each within its own handler slots here and its fleet budget,
+then plans; only the jobs of served lanes are fanned out (``Worker.live``).
 Each duty has its own cadence and error boundary: one that raises is logged, counted
 (``runner_duty_failures_total{duty}``) and retried with backoff while the others go on; only
 a lost lock session goes up to the loop, which reconnects.
@@ -90,7 +96,7 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, conditions, gapscan, ledger, misfire, retention, takeover
+from runner import __version__, backfill, conditions, gapscan, lanes, ledger, misfire, retention, takeover
 from runner.aio import AsyncHandlers
 from runner.app import JobDef, Retention, Runner
 from runner.attempt import crash_point, execute, failure
@@ -127,6 +133,8 @@ class LoopConfig:
     retention_default: Retention | None = None  # jobs without retention=; None: never pruned
     prune_interval: float = 60.0  # seconds between passes of the retention duty
     prune_batch: int = 1000  # runs pruned per pass at most
+    lanes: tuple[str, ...] | None = None  # the lanes this process serves; None: every lane
+    lane_slots: tuple[tuple[str, int], ...] = ()  # handler slots per lane (runner/lanes.py)
 
     @property
     def inflight_cap(self) -> int:
@@ -220,9 +228,7 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock_conn: psycopg.Connection[Any] | None = None
-        self._pool: ConnectionPool[Any] | None = None
         self._control: ConnectionPool[Any] | None = None
-        self._handlers: HandlerPool | None = None
         self._async: AsyncHandlers | None = None  # async def handlers' event loop, if any
         self._finished: queue.SimpleQueue[tuple[ClaimedRun, Outcome | None] | None] = queue.SimpleQueue()
         self._completer: threading.Thread | None = None
@@ -244,6 +250,15 @@ class Worker:
         self._offset = 0.0  # database clock minus local clock, seconds
         self._next_lane = 0.0
         self._lane_due = False
+        # lanes (runner/lanes.py): what this process serves, and each lane's handler threads,
+        # ctx.db pool and runs in flight here; set at start
+        self.served = lanes.Served((), {}, True)
+        self.live: dict[str, JobDef] = {}  # the jobs whose live slots this process claims
+        self._lane_handlers: dict[str, HandlerPool] = {}
+        self._lane_pools: dict[str, ConnectionPool[Any]] = {}
+        self._lane_inflight: dict[str, int] = {}
+        self._lane_lock = threading.Lock()
+        self._lanes_at = 0.0  # serving every lane: when the lane list was last read
         self._lane_runs: set[int] = set()  # runs the backfill lane started, still running
         # run id -> fence of the attempt whose advisory lock this process's lock session
         # holds. Only that attempt's end releases the lock: a refused (stale) outcome of an
@@ -263,20 +278,29 @@ class Worker:
     def start(self) -> None:
         """Connect, register this process, sync job definitions, and set up the schedule."""
         self._lock_conn = connect(self.url)
+        try:
+            self.served = lanes.resolve(self._lock_conn, self.config.lanes, dict(self.config.lane_slots),
+                                        self.config.workers,
+                                        [(j.name, j.lane) for j in self.jobs.values()])
+        except BaseException:
+            self._lock_conn.close()
+            self._lock_conn = None
+            raise
+        self.live = {name: job for name, job in self.jobs.items() if self.served.serves(job.lane)}
+        self._lanes_at = time.monotonic()
         tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()),
                                    retention_default=self.config.retention_default)
-        ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.jobs))
+        # registered as serving only the jobs whose live slots it claims: a slot's shares are
+        # split among the processes that claim it
+        ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.live))
         self._refresh_shares()
         self._measure_offset()
-        self._pool = ConnectionPool(
-            self.url, min_size=0, max_size=self.config.workers, open=True,
-            kwargs={"autocommit": True, "application_name": "runner-worker"},
-        )
         self._control = ConnectionPool(
             self.url, min_size=0, max_size=max(2, self.config.workers // 4), open=True,
             kwargs={"autocommit": True, "application_name": "runner-control"},
         )
-        self._handlers = HandlerPool(self.config.workers)
+        for lane in self.served.lanes:  # each served lane's handler threads and ctx.db pool
+            self._lane_resources(lane)
         if any(job.is_async for job in self.jobs.values()):
             self._async = AsyncHandlers(self.url, self.config.async_workers or self.config.workers,
                                         self.config.workers, self._control, self._begin, self._done)
@@ -300,7 +324,7 @@ class Worker:
         # (a redeploy that changed it): this definition never claims them
         since = ledger.schedules_since(self._lock_conn, list(self.jobs))
         now = self.now()
-        for job in self.jobs.values():
+        for job in self.live.values():
             # on-time slots from now on (within the job's tracked range, under its current
             # schedule); whatever was missed before is the misfire duty's
             cutoff = misfire.cutoff_for(job, now)
@@ -310,7 +334,9 @@ class Worker:
             if cutoff >= tracked[job.name]:  # the downtime, decided from the newest complete slot
                 self._hand_late(job.name, None, job.schedule.latest_at_or_before(cutoff))
         event(log, "runner_started", pid=self.owner.pid, jobs=len(self.jobs),
-              workers=self.config.workers, instance=str(self.owner.instance))
+              workers=self.config.workers, instance=str(self.owner.instance),
+              lanes=",".join(f"{lane}={n}" for lane, n in self.served.slots.items())
+              + ("" if not self.served.every else " (every lane)"))
 
     def run(self) -> None:
         """Run until ``stop()``; then shut down (see module docstring)."""
@@ -360,8 +386,10 @@ class Worker:
                   fence=active.run.fence, reason=f"still running after the {self.config.grace}s grace")
             self._finished.put((active.run, Outcome(active.run.id, active.run.fence, "released",
                                                     attempt_status="released")))
-        if self._handlers is not None:
-            self._handlers.shutdown()
+        with self._lane_lock:
+            all_handlers, all_pools = list(self._lane_handlers.values()), list(self._lane_pools.values())
+        for handlers in all_handlers:
+            handlers.shutdown()
         if self._async is not None:
             self._async.shutdown()
         if self._completer is not None:
@@ -374,7 +402,7 @@ class Worker:
                 log.warning("could not deregister: %s", _first_line(exc))
             finally:
                 self._lock_conn.close()
-        for pool in (self._pool, self._control):
+        for pool in [*all_pools, self._control]:
             if pool is not None:
                 pool.close(timeout=1.0)
         event(log, "runner_stopped", pid=self.owner.pid, **self.stats)
@@ -411,10 +439,14 @@ class Worker:
         5. ``misfire``: late ranges decided after this tick's claims (a range is fixed when it
            is handed over, so on-time claims cannot hide late slots);
         6. every poll interval: ``requeue_waiting`` (overlap=wait rows back in line),
-           ``shares`` (who serves which share), ``takeover`` (dead and hung owners) before
-           ``retries`` (due retries and queued runs: catch-up, reruns, approvals), so recovery
-           takes capacity first;
-        7. ``lane``: the backfill lane, below realtime (see ``_lane``);
+           ``shares`` (who serves which share), ``takeover`` (dead and hung owners of the
+           served lanes) before ``retries`` (due retries and queued runs: catch-up and reruns
+           in correction, approvals in manual, lane by lane under each lane's per-process
+           slots and fleet budget), so recovery takes capacity first;
+        7. ``lane``: backfill plans (bulk, or the plan's lane), last (see ``_lane``).
+        Lanes (runner/lanes.py): each served lane has its own handler slots, so these duties
+        order the claims (realtime > correction > manual > bulk) without one lane taking
+        another's threads; while live claims wait here, no other lane claims anything;
         8. ``beats``, ``instance_beat``, ``clock``: liveness and the database clock's offset;
         9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
         """
@@ -454,7 +486,7 @@ class Worker:
             self._release_deferred()
 
     def _claim_free(self) -> None:
-        if self._free() > 0 and self._pending:
+        if self._pending and self._free() > 0:
             self.claim(min(self._free(), self.config.claim_batch))
 
     def _requeue_waiting(self) -> None:
@@ -463,17 +495,61 @@ class Worker:
             self._pending.extend(self._hand_late_claims(waiting))
 
     def _take_over(self) -> None:
-        result = takeover.run_once(self._conn(), self.owner, list(self.jobs), self._free(),
-                                   default_lease=60.0)
+        free = sum(max(self._free(lane), 0) for lane in self._claimable())
+        result = takeover.run_once(self._conn(), self.owner, list(self.jobs), free, default_lease=60.0,
+                                   lanes=None if self.served.every else self.served.lanes)
         self.stats["recovered"] += len(result.taken)
         for r in result.taken:
             self.metrics.of(self.metrics.takeovers, r.job_name).inc()
         self._start(result.taken)
 
     def _start_due_runs(self) -> None:
-        if self._free() > 0:
-            _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), self._free())
+        """Retries and queued runs, lane by lane (each within its free slots here and its
+        fleet budget); while live claims wait in this process, only the live lanes'."""
+        lanes_ = self._claimable()
+        if self._pending:
+            lanes_ = [lane for lane in lanes_ if lane in self._live_lanes()]
+        limits = {lane: self._free(lane) for lane in lanes_}
+        if any(n > 0 for n in limits.values()):
+            _, runs = ledger.claim_due_runs(self._conn(), self.owner, list(self.jobs), limits)
             self._start(runs)
+
+    def _claimable(self) -> list[str]:
+        """The lanes this process claims from, by priority; serving every lane, the list is
+        read again every 30 s (a lane added meanwhile is served too)."""
+        if self.served.every and time.monotonic() - self._lanes_at > 30.0:
+            self._lanes_at = time.monotonic()
+            self.served = lanes.resolve(self._conn(), None, dict(self.config.lane_slots),
+                                        self.config.workers)
+        return list(self.served.lanes)
+
+    def _live_lanes(self) -> set[str]:
+        return {job.lane for job in self.live.values()}
+
+    def _slots(self, lane: str) -> int:
+        return self.served.slots.get(lane) or lanes.default_slots(lane, self.served.lanes or (lane,),
+                                                                  self.config.workers)
+
+    def _cap(self, lane: str) -> int:
+        """Runs of a lane in flight on this process at most: its slots; realtime claims ahead
+        (--max-inflight, by default 2 x its slots), as the loop always did."""
+        if lane == lanes.REALTIME:
+            return self.config.max_inflight or 2 * self._slots(lane)
+        return self._slots(lane)
+
+    def _lane_resources(self, lane: str) -> tuple[HandlerPool, ConnectionPool[Any]]:
+        """A lane's handler threads and ctx.db pool, made on first use (a run of a lane added
+        after the start, or taken over)."""
+        with self._lane_lock:  # the loop thread and handler threads
+            handlers = self._lane_handlers.get(lane)
+            pool = self._lane_pools.get(lane)
+            if handlers is None or pool is None:
+                n = self._slots(lane)
+                handlers = self._lane_handlers[lane] = HandlerPool(n)
+                pool = self._lane_pools[lane] = ConnectionPool(
+                    self.url, min_size=0, max_size=n, open=True,
+                    kwargs={"autocommit": True, "application_name": f"runner-{lane}"[:63]})
+            return handlers, pool
 
     def _lane(self) -> None:
         """The backfill lane (runner/backfill.py), below realtime: after this tick's slots,
@@ -484,14 +560,15 @@ class Worker:
         its statements do not hold up that slot's claim (for one poll interval at most: many
         jobs of different periods may leave no quiet moment)."""
         mono = time.monotonic()
-        limit = 0 if self._pending else self._free() // 2
+        free = {} if self._pending else {lane: self._free(lane) for lane in self._claimable()}
+        limit = sum(max(n, 0) for n in free.values())
         by_poll = mono >= self._next_lane
         overdue = mono >= self._next_lane + self.config.poll_interval
         if ((by_poll or (self._lane_due and limit > 0))
                 and (overdue or not self._slot_within(LANE_YIELD))):
             self._lane_due = False
             self._next_lane = mono + self.config.poll_interval
-            started = backfill.run_once(self._conn(), self.owner, self.jobs, limit)
+            started = backfill.run_once(self._conn(), self.owner, self.jobs, free)
             self._lane_runs.update(r.id for r in started)
             if started or limit == 0:  # more may be claimable (never reset here: a lane run
                 self._lane_due = True  # that finished meanwhile set it)
@@ -506,8 +583,12 @@ class Worker:
         nearest = min(self._next_slot.values(), default=None)
         return nearest is not None and (nearest - self.now()).total_seconds() < seconds
 
-    def _free(self) -> int:
-        return self.config.inflight_cap - self._inflight
+    def _free(self, lane: str | None = None) -> int:
+        """Free in-flight room of a lane here (None: of the live slots' lanes, the least)."""
+        if lane is None:
+            live = self._live_lanes() or {lanes.REALTIME}
+            return min(self._free(one) for one in live)
+        return self._cap(lane) - self._lane_inflight.get(lane, 0)
 
     def _hand_late(self, job_name: str, first: datetime | None, last: datetime) -> None:
         """Give the misfire duty the late slots [first, last] of a job (first None: from the
@@ -565,7 +646,7 @@ class Worker:
             self.duties["retries"].soon()  # start the catch-up runs now
 
     def _fan_out(self, now: datetime) -> None:
-        for name, job in self.jobs.items():
+        for name, job in self.live.items():
             slot = self._next_slot[name]
             if slot > now:
                 continue
@@ -588,7 +669,7 @@ class Worker:
         instant the loop only has to send them (1,000 jobs: ~15 ms less between the instant
         and the claim). Jobs with dynamic partitions are fanned out at the instant itself."""
         horizon = now + PREPARE_AHEAD
-        for name, job in self.jobs.items():
+        for name, job in self.live.items():
             slot = self._next_slot[name]
             if slot <= horizon and not job.dynamic_partitions:
                 ready = self._prepared.get(name)
@@ -638,7 +719,7 @@ class Worker:
         serving: dict[str, list[Any]] = {}
         for instance, jobs in ledger.live_instances(self._conn(), self.owner.namespace, fresh_for):
             for name in jobs:
-                if name in self.jobs:
+                if name in self.live:
                     serving.setdefault(name, []).append(instance)
         self._shares = {name: (ids.index(self.owner.instance), len(ids)) for name, ids in serving.items()
                         if len(ids) > 1 and self.owner.instance in ids}
@@ -657,9 +738,9 @@ class Worker:
             turn = self._rng.randrange(len(keys))
             keys = keys[turn:] + keys[:turn]
         start, end, business_date = plan.window_start, plan.window_end, plan.business_date
-        name, overlap = job.name, job.overlap
+        name, overlap, lane = job.name, job.overlap, job.lane
         return [
-            SlotClaim(name, slot, key, business_date, start, end, ikey, overlap)
+            SlotClaim(name, slot, key, business_date, start, end, ikey, overlap, lane)
             for key, ikey in zip(keys, idempotency_keys(name, start, end, keys, job.version), strict=True)
         ]
 
@@ -712,9 +793,9 @@ class Worker:
         return won
 
     def _start(self, runs: list[ClaimedRun]) -> None:
-        assert self._handlers is not None and self._pool is not None
         for run in runs:
             self._inflight += 1
+            self._lane_inflight[run.lane] = self._lane_inflight.get(run.lane, 0) + 1
             job = self.jobs[run.job_name]
             if not run.locked:
                 # a session outside this runner holds the run's key (an application sharing
@@ -731,11 +812,12 @@ class Worker:
             with self._active_lock:
                 self._held[run.id] = run.fence
             ctx: RunContext
+            handlers, pool = self._lane_resources(run.lane)
             if job.is_async:
                 assert self._async is not None
                 ctx = actx = self._async.context(run, job)
             else:
-                ctx = JobContext(run, job, self._pool, self._control)
+                ctx = JobContext(run, job, pool, self._control)
             with self._active_lock:
                 self._active[(run.id, run.fence)] = Active(run, ctx)
             self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
@@ -746,14 +828,13 @@ class Worker:
                 assert self._async is not None
                 self._async.submit(run, job, actx)
             else:
-                self._handlers.submit(self._execute, run, ctx)
+                handlers.submit(self._execute, run, ctx)
         self.metrics.inflight.set(self._inflight)
 
     def _execute(self, run: ClaimedRun, ctx: JobContext) -> None:
-        assert self._pool is not None
         began = self._begin(run)
         try:
-            outcome = execute(run, self.jobs[run.job_name], self._pool, ctx)
+            outcome = execute(run, self.jobs[run.job_name], self._lane_resources(run.lane)[1], ctx)
         except BaseException as exc:  # never lose a run to a bug in the runner itself
             cls, msg = error_text(exc)
             outcome = Outcome(run.id, run.fence, "failed", error_class=cls, error_message=msg,
@@ -798,9 +879,8 @@ class Worker:
             job = self.jobs[a.run.job_name]
             reason = f"timed out after {job.timeout}"
             a.ctx.cancel(reason)
-            assert self._handlers is not None
             if not job.is_async:  # an async one's task is cancelled: no thread is stuck
-                self._handlers.compensate()
+                self._lane_resources(a.run.lane)[0].compensate()
             self.stats["timed_out"] += 1
             event(log, "attempt_timed_out", logging.WARNING, job=a.run.job_name, slot=a.run.slot,
                   partition=a.run.partition_key, run_id=a.run.id, attempt=a.run.attempt,
@@ -917,6 +997,8 @@ class Worker:
         except psycopg.Error as exc:  # the session is gone, and its locks with it
             log.debug("unlock after completion failed: %s", _first_line(exc))
         self._inflight -= len(batch)
+        for run, _ in batch:
+            self._lane_inflight[run.lane] = self._lane_inflight.get(run.lane, 1) - 1
         self.metrics.inflight.set(self._inflight)
         self._wake.set()
         return conn

@@ -54,9 +54,10 @@ class TakeoverResult:
 
 
 def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
-             default_lease: float = DEFAULT_LEASE) -> TakeoverResult:
+             default_lease: float = DEFAULT_LEASE, lanes: Sequence[str] | None = None) -> TakeoverResult:
     """One pass: end squatters and hung owners past their lease, then take over runs with
-    no live owner (at most ``limit``). ``conn`` must be this process's lock session."""
+    no live owner (at most ``limit``; only runs of ``lanes``, None: every lane). ``conn``
+    must be this process's lock session."""
     _end_squatters(conn, owner.namespace)
     hung = ledger.end_hung_owners(conn, job_names, default_lease)
     for h in hung:
@@ -69,7 +70,7 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
                       h.heartbeat_at.isoformat())
     taken: list[ClaimedRun] = []
     if limit > 0:
-        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
+        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit, lanes=lanes)
         if dead:
             ledger.unlock_runs(conn, owner.namespace, dead)
         for run_id in dead:

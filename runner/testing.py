@@ -185,7 +185,7 @@ def _claim_of(conn: psycopg.Connection[Any], job: JobDef, slot: datetime,
     [key] = idempotency_keys(job.name, plan.window_start, plan.window_end, [partition], job.version)
     # overlap is the loop's decision between slots, not part of one run: never applied here
     return SlotClaim(job.name, slot, partition, plan.business_date, plan.window_start,
-                     plan.window_end, key, "allow")
+                     plan.window_end, key, "allow", job.lane)
 
 
 def _start_attempt(conn: psycopg.Connection[Any], owner: Owner, run_id: int,

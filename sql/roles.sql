@@ -23,7 +23,9 @@
 --                    tokens, verification; by a trigger, no other status change). Every other
 --                    state transition goes through fence-checked functions that run as the
 --                    schema owner: runner.start_attempts_v1 (a new attempt, fence + 1),
---                    runner.finish_attempts_v1 (outcomes), runner.record_replay_plan_v1 and
+--                    runner.finish_attempts_v1 (outcomes), runner.lane_budget_v1 and
+--                    runner.lane_spend_v1 (a lane's fleet budget, revision 0011_lanes: no
+--                    UPDATE of runner.lanes), runner.record_replay_plan_v1 and
 --                    runner.tier_backfill_v1 (the only plans a runner makes: a verified
 --                    replay's; a misfire tier's, through create_backfill_v1, audited in
 --                    runner.requests with the worker's login; INSERT on
@@ -35,7 +37,7 @@
 --   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
 --                    (runner.rerun_v1, set_job_paused_v1, decide_runs_v1, create_backfill_v1,
 --                    pause_backfill_v1, resume_backfill_v1, cancel_backfill_v1,
---                    record_backfill_verify_v1, retire_job_v1, unretire_job_v1; and
+--                    record_backfill_verify_v1, retire_job_v1, unretire_job_v1, set_lane_v1; and
 --                    prune_v1, which it shares with the worker): each checks the transition, writes the
 --                    change and its runner.requests row (db_user = the login, not chosen by
 --                    the caller) in one transaction. No INSERT or UPDATE on any table: an
@@ -117,7 +119,7 @@ BEGIN
                    'ON runner.jobs TO %I', worker);
     EXECUTE format('GRANT INSERT ON runner.job_schedules TO %I', worker);
     EXECUTE format('GRANT INSERT (job_name, schedule_slot, partition_key, business_date, window_start, '
-                   'window_end, status, trigger, attempt, fence, idempotency_key, replay_group_id, '
+                   'window_end, status, trigger, attempt, fence, idempotency_key, replay_group_id, lane, '
                    'scheduled_at, next_attempt_at, started_at, finished_at, status_reason, '
                    'coalesced_into_slot, updated_at) ON runner.job_runs TO %I', worker);
     EXECUTE format('GRANT UPDATE (processed_count, failed_count, updated_at) ON runner.job_runs TO %I',
@@ -145,7 +147,8 @@ BEGIN
                             'tier_backfill_v1', 'advance_watermarks_v1', 'rerun_v1', 'set_job_paused_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
-                            'retire_job_v1', 'unretire_job_v1', 'prune_v1')
+                            'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
+                            'lane_spend_v1', 'set_lane_v1')
         ORDER BY 1
     LOOP
         -- prune_v1 (retention, revision 0009) to both: the runners' background duty and
@@ -158,7 +161,8 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
-                                               'advance_watermarks_v1')
+                                               'advance_watermarks_v1',
+                                               'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);
     END LOOP;
 END

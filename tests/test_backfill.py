@@ -173,7 +173,7 @@ def test_creation_reuses_each_run_and_never_makes_a_second_one(url: str, conn: A
                                           " uncounted_attempts, next_attempt_at, lane FROM runner.job_runs")}
     for state in ("failed", "dead", "skipped", "awaiting_approval", "coalesced", "cancelled"):
         status, trigger, g, attempt, fence, uncounted, next_at, lane = got[ids[state]]
-        assert (status, trigger, g, lane) == ("pending", "backfill", group, "backfill"), state
+        assert (status, trigger, g, lane) == ("pending", "backfill", group, "bulk"), state
         assert uncounted == attempt and fence == attempt, state  # a full budget; fence moves at the claim
         assert next_at is None  # the lane decides when it starts
     for state in ("succeeded", "running", "pending"):

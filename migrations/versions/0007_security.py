@@ -20,9 +20,9 @@ UPGRADE = [
     "functions/finish_attempts_v1.sql",
     "functions/record_replay_plan_v1.sql",
     # every operator action, audited, as the owner
-    "functions/rerun_v1.sql",
+    "revisions/0007_security.rerun.sql",  # rerun_v1 as shipped (0011 replaces it)
     "functions/set_job_paused_v1.sql",
-    "functions/decide_runs_v1.sql",
+    "revisions/0007_security.decide_runs.sql",  # decide_runs_v1 as shipped (0011 replaces it)
     "functions/create_backfill_v1.sql",
     "functions/backfill_actions_v1.sql",
     # sessions holding runner lock keys that are not registered runners (runner/takeover.py)

@@ -48,6 +48,8 @@ BEGIN
         UPDATE runner.job_runs r
         SET status = CASE action WHEN 'approve' THEN 'pending' ELSE 'skipped' END,
             trigger = CASE action WHEN 'approve' THEN 'manual' ELSE r.trigger END,
+            -- approved high-risk work runs in the manual lane (revision 0011_lanes)
+            lane = CASE action WHEN 'approve' THEN 'manual' ELSE r.lane END,
             next_attempt_at = CASE action WHEN 'approve' THEN clock END,
             uncounted_attempts = CASE action WHEN 'approve' THEN r.attempt ELSE r.uncounted_attempts END,
             finished_at = CASE action WHEN 'approve' THEN NULL ELSE clock END,

@@ -7,7 +7,8 @@
 -- pending run is refused, a succeeded or coalesced one needs force. The run's earlier
 -- attempts stop counting against max_attempts (uncounted_attempts = attempt), so it gets a
 -- full budget of attempts; the loop of any live runner then starts its next attempt (attempt
--- + 1, fence + 1) through runner.start_attempts_v1.
+-- + 1, fence + 1) through runner.start_attempts_v1. A rerun runs in the correction lane
+-- (revision 0011_lanes): served by the processes that serve it, under its fleet budget.
 --
 -- Every operator action is such a function (revision 0007_security): it runs as its owner
 -- (SECURITY DEFINER, fixed search_path), so the operator role holds no INSERT or UPDATE on
@@ -70,6 +71,7 @@ BEGIN
     UPDATE runner.job_runs j
     SET status = 'pending',
         trigger = 'manual',
+        lane = 'correction',
         next_attempt_at = clock,
         uncounted_attempts = j.attempt,
         finished_at = NULL,

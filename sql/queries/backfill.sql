@@ -73,7 +73,7 @@ SELECT set_config('statement_timeout', %(timeout)s, true)
 -- defines: filtering here, by an array of every job name, would cost more than the rows).
 -- Every tick of every runner runs this: it must stay this cheap. (Their pause conditions
 -- are not the lane's: runner/conditions.py.)
-SELECT b.id, b.job_name
+SELECT b.id, b.job_name, b.lane
 FROM runner.backfills b
 WHERE b.status = 'running'
 ORDER BY b.id
@@ -135,8 +135,14 @@ RETURNING id, status, finished_at, verify_status
 -- The lane's claim for one plan: its queued runs (pending, or failed and due for a retry),
 -- oldest slot first, start their next attempt through runner.start_attempts_v1 (the one way
 -- to start an attempt), locked on this session like every claim. The plan's token bucket
--- pays for the attempts started.
-WITH due AS MATERIALIZED (
+-- pays for the attempts started. Within the plan's lane's fleet budget too (revision
+-- 0011_lanes: runner.lane_budget_v1 under the lane row's lock, paid by runner.lane_spend_v1),
+-- so plans and processes of one lane together keep to its concurrency and rate; a lane
+-- unknown to runner.lanes starts nothing.
+WITH budget AS MATERIALIZED (
+    SELECT b.room, b.tokens, b.at
+    FROM runner.lane_budget_v1(ARRAY[%(lane)s]::text[], %(now)s::timestamptz) AS b
+), due AS MATERIALIZED (
     SELECT r.id, r.fence
     FROM runner.job_runs r
     WHERE r.replay_group_id = %(replay_group_id)s
@@ -144,13 +150,16 @@ WITH due AS MATERIALIZED (
       AND coalesce(r.next_attempt_at, coalesce(%(now)s::timestamptz, now()))
           <= coalesce(%(now)s::timestamptz, now())
     ORDER BY r.schedule_slot, r.partition_key
-    LIMIT %(limit)s
+    LIMIT coalesce((SELECT least(%(limit)s::int, coalesce(b.room, %(limit)s::int),
+                                 coalesce(floor(b.tokens + 1e-9)::int, %(limit)s::int))
+                    FROM budget b), 0)
     FOR UPDATE OF r SKIP LOCKED
 ), claimed AS MATERIALIZED (
     SELECT * FROM runner.start_attempts_v1(
         (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due),
         (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM due),
-        false, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz)
+        false, %(host)s, %(pid)s, %(instance)s, %(namespace)s,
+        coalesce(%(now)s::timestamptz, (SELECT at FROM budget)))
 ), bucket AS (
     UPDATE runner.backfills b
     SET tokens = CASE WHEN %(tokens)s::float8 IS NULL THEN b.tokens
@@ -158,11 +167,16 @@ WITH due AS MATERIALIZED (
         tokens_at = coalesce(%(now)s::timestamptz, now()),
         updated_at = coalesce(%(now)s::timestamptz, now())
     WHERE b.id = %(plan_id)s
+), spent AS MATERIALIZED (
+    SELECT runner.lane_spend_v1(ARRAY[%(lane)s]::text[],
+                                ARRAY[(SELECT count(*) FROM claimed WHERE outcome = 'started')]::int[],
+                                coalesce(%(now)s::timestamptz, (SELECT at FROM budget))) AS lanes
 )
 SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,
        k.partition_key, k.business_date, k.window_start, k.window_end, k.trigger, k.attempt,
-       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome
+       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome, %(lane)s::text AS lane
 FROM (SELECT 1) AS one
+CROSS JOIN spent
 LEFT JOIN claimed k ON true
 
 -- name: group_partitions

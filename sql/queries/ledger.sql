@@ -87,7 +87,7 @@ SELECT job_name FROM runner.jobs WHERE paused AND job_name = ANY(%(job_names)s::
 -- later claim (wait; their input positions are returned in `waiting`). Always returns at
 -- least one row (with the database clock) so the caller can tell.
 -- Input, as two JSON documents (one parameter each: cheaper to send than one array per
--- column): groups = [[job, slot, business date, window start, window end, overlap], ...]
+-- column): groups = [[job, slot, business date, window start, window end, overlap, lane], ...]
 -- with ISO 8601 instants, rows = [[group index (0-based), partition key, idempotency key],
 -- ...]. A won run is returned as its row's position n (1-based) and its id; the caller has
 -- the rest.
@@ -96,11 +96,12 @@ WITH clock AS (
 ), grp AS (
     SELECT (g.ord - 1)::int AS gi, g.e ->> 0 AS job_name, (g.e ->> 1)::timestamptz AS schedule_slot,
            (g.e ->> 2)::date AS business_date, (g.e ->> 3)::timestamptz AS window_start,
-           (g.e ->> 4)::timestamptz AS window_end, g.e ->> 5 AS overlap
+           (g.e ->> 4)::timestamptz AS window_end, g.e ->> 5 AS overlap,
+           coalesce(g.e ->> 6, 'realtime') AS lane
     FROM jsonb_array_elements(%(groups)s::jsonb) WITH ORDINALITY AS g(e, ord)
 ), input AS (
     SELECT r.ord AS n, g.job_name, g.schedule_slot, r.e ->> 1 AS partition_key, g.business_date,
-           g.window_start, g.window_end, r.e ->> 2 AS idempotency_key, g.overlap
+           g.window_start, g.window_end, r.e ->> 2 AS idempotency_key, g.overlap, g.lane
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS r(e, ord)
     JOIN grp g ON g.gi = (r.e ->> 0)::int
 ), due AS (
@@ -125,9 +126,9 @@ WITH clock AS (
 ), claimed AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
-        status, trigger, attempt, fence, idempotency_key, scheduled_at, started_at, updated_at)
+        status, trigger, attempt, fence, idempotency_key, lane, scheduled_at, started_at, updated_at)
     SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
-           i.window_end, 'running', 'schedule', 1, 1, i.idempotency_key, c.now, c.now, c.now
+           i.window_end, 'running', 'schedule', 1, 1, i.idempotency_key, i.lane, c.now, c.now, c.now
     FROM checked i CROSS JOIN clock c
     WHERE i.busy_with IS NULL
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
@@ -136,9 +137,9 @@ WITH clock AS (
 ), skipped AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
-        status, trigger, idempotency_key, scheduled_at, finished_at, status_reason, updated_at)
+        status, trigger, idempotency_key, lane, scheduled_at, finished_at, status_reason, updated_at)
     SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
-           i.window_end, 'skipped', 'schedule', i.idempotency_key, c.now, c.now,
+           i.window_end, 'skipped', 'schedule', i.idempotency_key, i.lane, c.now, c.now,
            CASE WHEN i.busy_with = -1 THEN 'overlap=skip: an earlier slot started in the same claim'
                 ELSE 'overlap=skip: run ' || i.busy_with || ' of an earlier slot was still running'
            END, c.now
@@ -174,39 +175,70 @@ LEFT JOIN won k ON true
 -- backfills, approvals, released runs, catch-up runs) start it through
 -- runner.start_attempts_v1 (the one way to start an attempt: max_attempts applies; a run out
 -- of attempts goes dead instead).
-WITH due AS MATERIALIZED (
-    SELECT r.id, r.fence
-    FROM runner.job_runs r
-    WHERE r.status IN ('failed', 'pending')
-      AND r.next_attempt_at <= coalesce(%(now)s::timestamptz, now())
-      AND r.job_name = ANY(%(job_names)s::text[])
-      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name
-                      AND (j.paused OR r.schedule_slot > j.retired_at))
-      -- runs of an unfinished backfill plan are the backfill lane's (runner/backfill.py), except
-      -- an operator's rerun of one (trigger manual)
-      AND (r.replay_group_id IS NULL OR r.trigger = 'manual' OR NOT EXISTS (
-              SELECT 1 FROM runner.backfills b WHERE b.replay_group_id = r.replay_group_id
-                AND b.status IN ('planned', 'running', 'paused')))
-      -- late slots replayed (trigger catch_up) run oldest first, one at a time per job and
-      -- partition
-      AND (r.trigger <> 'catch_up' OR NOT EXISTS (
-              SELECT 1 FROM runner.job_runs x
-              WHERE x.job_name = r.job_name AND x.partition_key = r.partition_key
-                AND x.trigger = 'catch_up' AND x.id <> r.id
-                AND (x.status = 'running'
-                     OR (x.status IN ('pending', 'failed') AND x.schedule_slot < r.schedule_slot))))
-    ORDER BY r.next_attempt_at, r.schedule_slot, r.id
-    LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
+-- Lane by lane (revision 0011_lanes): only the lanes given (those this process serves, with
+-- room on it), at most `limits` runs of each (its free handler slots here), and within the
+-- lane's fleet budget (runner.lane_budget_v1: concurrency and rate, taken under the lane
+-- row's lock, so processes claiming the same lane at once never exceed it). The attempts
+-- start at the instant the budget was taken, and pay the lanes' rate buckets
+-- (runner.lane_spend_v1). Returns each run's lane after the attempt's columns.
+WITH budget AS MATERIALIZED (
+    SELECT b.lane,
+           least(l.lim, coalesce(b.room, l.lim), coalesce(floor(b.tokens + 1e-9)::int, l.lim)) AS lim,
+           b.at
+    FROM unnest(%(lanes)s::text[], %(limits)s::int[]) AS l(lane, lim)
+    JOIN runner.lane_budget_v1(%(lanes)s::text[], %(now)s::timestamptz) AS b ON b.lane = l.lane
+), due AS MATERIALIZED (
+    SELECT d.id, d.fence, d.lane
+    FROM budget b
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.fence, r.lane
+        FROM runner.job_runs r
+        WHERE r.lane = b.lane
+          AND r.status IN ('failed', 'pending')
+          AND r.next_attempt_at <= coalesce(%(now)s::timestamptz, now())
+          AND r.job_name = ANY(%(job_names)s::text[])
+          AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = r.job_name
+                          AND (j.paused OR r.schedule_slot > j.retired_at))
+          -- runs of an unfinished backfill plan are the backfill lane's (runner/backfill.py),
+          -- except an operator's rerun of one (trigger manual)
+          AND (r.replay_group_id IS NULL OR r.trigger = 'manual' OR NOT EXISTS (
+                  SELECT 1 FROM runner.backfills p WHERE p.replay_group_id = r.replay_group_id
+                    AND p.status IN ('planned', 'running', 'paused')))
+          -- late slots replayed (trigger catch_up) run oldest first, one at a time per job and
+          -- partition
+          AND (r.trigger <> 'catch_up' OR NOT EXISTS (
+                  SELECT 1 FROM runner.job_runs x
+                  WHERE x.job_name = r.job_name AND x.partition_key = r.partition_key
+                    AND x.trigger = 'catch_up' AND x.id <> r.id
+                    AND (x.status = 'running'
+                         OR (x.status IN ('pending', 'failed') AND x.schedule_slot < r.schedule_slot))))
+        ORDER BY r.next_attempt_at, r.schedule_slot, r.id
+        LIMIT b.lim
+        FOR UPDATE OF r SKIP LOCKED
+    ) d
+    WHERE b.lim > 0
+), claimed AS MATERIALIZED (
+    SELECT * FROM runner.start_attempts_v1(
+        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due),
+        (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM due),
+        false, %(host)s, %(pid)s, %(instance)s, %(namespace)s,
+        coalesce(%(now)s::timestamptz, (SELECT min(at) FROM budget)))
+), spent AS MATERIALIZED (
+    SELECT runner.lane_spend_v1(coalesce(array_agg(d.lane), '{}'), coalesce(array_agg(1), '{}'),
+                                coalesce(%(now)s::timestamptz, (SELECT min(at) FROM budget))) AS lanes
+    FROM claimed k JOIN due d ON d.id = k.id
+    WHERE k.outcome = 'started'
 )
 SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,
        k.partition_key, k.business_date, k.window_start, k.window_end, k.trigger, k.attempt,
-       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome
+       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome, d.lane
 FROM (SELECT 1) AS one
-LEFT JOIN runner.start_attempts_v1(
-    (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM due),
-    (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM due),
-    false, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz) AS k ON true
+CROSS JOIN spent
+LEFT JOIN claimed k ON true
+LEFT JOIN due d ON d.id = k.id
+
+-- name: all_lanes
+SELECT lane FROM runner.lanes ORDER BY rank, lane
 
 -- name: finish_attempts
 -- The one place that writes attempt outcomes, for a batch of attempts: fence-checked, in

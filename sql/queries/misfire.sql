@@ -79,13 +79,14 @@ WITH clock AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
         status, trigger, idempotency_key, scheduled_at, next_attempt_at, finished_at,
-        status_reason, coalesced_into_slot, replay_group_id, updated_at)
+        status_reason, coalesced_into_slot, replay_group_id, lane, updated_at)
     SELECT i.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
            i.window_end, i.status, 'catch_up', i.idempotency_key, c.now,
            CASE WHEN i.status = 'pending' THEN c.now END,
            CASE WHEN i.status IN ('skipped', 'coalesced') THEN c.now END,
            i.reason, i.coalesced_into_slot,
-           CASE WHEN i.status = 'pending' THEN %(replay_group_id)s::uuid END, c.now
+           CASE WHEN i.status = 'pending' THEN %(replay_group_id)s::uuid END,
+           'correction', c.now  -- replays of late slots are the correction lane's (0011_lanes)
     FROM input i CROSS JOIN clock c
     -- no decision for slots after the job's retirement (runner retire): not expected
     WHERE NOT EXISTS (SELECT 1 FROM runner.jobs j

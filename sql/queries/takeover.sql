@@ -71,10 +71,12 @@ LEFT JOIN pg_stat_activity a ON a.pid = s.pid
 -- times (a handler that kills its process) goes dead, and its lock must be released by the
 -- caller (outcome 'dead').
 WITH orphan AS MATERIALIZED (
-    SELECT r.id, r.fence
+    SELECT r.id, r.fence, r.lane
     FROM runner.job_runs r
     WHERE r.status = 'running'
       AND r.job_name = ANY(%(job_names)s::text[])
+      -- only the lanes this process serves (NULL: every lane; revision 0011_lanes)
+      AND (%(lanes)s::text[] IS NULL OR r.lane = ANY(%(lanes)s::text[]))
       AND NOT EXISTS (
           SELECT 1 FROM pg_locks l
           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
@@ -86,12 +88,13 @@ WITH orphan AS MATERIALIZED (
 )
 SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,
        k.partition_key, k.business_date, k.window_start, k.window_end, k.trigger, k.attempt,
-       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome
+       k.fence, k.idempotency_key, k.uncounted_attempts, k.locked, k.outcome, o.lane
 FROM (SELECT 1) AS one
 LEFT JOIN runner.start_attempts_v1(
     (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM orphan),
     (SELECT coalesce(array_agg(fence ORDER BY id), '{}') FROM orphan),
     true, %(host)s, %(pid)s, %(instance)s, %(namespace)s, %(now)s::timestamptz) AS k ON true
+LEFT JOIN orphan o ON o.id = k.id
 
 -- name: relock_runs
 -- After the lock session was lost and re-established: lock again the runs this process
