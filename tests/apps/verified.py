@@ -3,7 +3,8 @@
 Each job copies the rows of ``vf_src`` in its window into ``vf_report`` (tagged with the
 job's name) through ``ctx.db``, exactly once with the run's success. ``lossy`` and
 ``lenient`` skip the rows with a negative amount: every run succeeds, and the output is
-still wrong. ``live`` is a realtime job, so a running runner has live lag to report.
+still wrong. ``live`` is a realtime job, so a running runner has live lag to report;
+``failing`` always fails (a plan of it pauses past max_failures).
 """
 
 import os
@@ -11,7 +12,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from runner import JobContext, Runner
+from runner import JobContext, Permanent, Runner
 from runner.verification import checksum, count, residual, sample_keys
 
 app = Runner()
@@ -97,3 +98,8 @@ def hostile(ctx: JobContext) -> None:
 @app.job("live", every="1s", grace="30s")
 def live(ctx: JobContext) -> None:
     pass
+
+
+@app.job("failing", every="1h", max_attempts=1)
+def failing(ctx: JobContext) -> None:
+    raise Permanent(f"bad input for slot {ctx.slot.isoformat()}")
