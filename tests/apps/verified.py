@@ -69,7 +69,7 @@ def lossy(ctx: JobContext) -> None:
 
 
 @app.job("lenient", every="1h", min_passing=1,
-         verify=[count(f"SELECT count(*) FROM runner.job_runs WHERE job_name = 'lenient' AND status = 'succeeded'"
+         verify=[count("SELECT count(*) FROM runner.job_runs WHERE job_name = 'lenient' AND status = 'succeeded'"
                        " AND window_start >= %(window_start)s AND window_end <= %(window_end)s",
                        expect=slots_in, name="runs"), four("lenient")[3]])
 def lenient(ctx: JobContext) -> None:
