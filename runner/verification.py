@@ -52,6 +52,8 @@ and the lock is released. Until sql/roles.sql ran (and granted the condition rol
 on the tables the checks read), SQL kinds are errors saying so. Python kinds are the job's
 own code: they run with the runner's login on the verification's connection, in a
 transaction rolled back afterwards, with the same statement timeout on what they execute.
+Python cannot stop a thread: a Python kind that never returns holds the verification's
+thread (never the loop's), and the plan stays unverified until ``runner backfill verify``.
 
 Declarations are checked when the job is registered (``check``): a wrong kind, an empty
 query, a parameter the kind does not know, a ``min_passing`` that the kinds cannot reach,
