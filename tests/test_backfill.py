@@ -452,7 +452,10 @@ def test_show_follow_ends_when_the_plan_does(url: str, conn: Any) -> None:
 # -- real runners --------------------------------------------------------------------------------------
 
 
-def test_runners_execute_a_plan_within_its_concurrency(url: str, tmp_path: Path) -> None:
+def test_runners_execute_a_plan_within_its_concurrency(url: str, tmp_path: Path, db_roles: Any) -> None:
+    db_roles.apply(url)  # the SQL verify check runs as the condition role
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(f"GRANT SELECT ON bf_done TO {db_roles.groups['condition']}")
     made = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(12)), "--reason", "replay",
                        "--concurrency", "3", "--yes", "--json", "--app", APP, url=url))
     plan_id, group = made["backfill"]["id"], made["backfill"]["replay_group_id"]
