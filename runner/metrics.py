@@ -166,7 +166,10 @@ class BackfillCollector(Collector):
             try:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = self._open()
+                    # a short read: JIT compilation (which large row estimates trigger)
+                    # would cost more than the query
                     self._conn.execute("SET statement_timeout = '2s'")
+                    self._conn.execute("SET jit = off")
                 self._rows = ledger.dict_rows(self._conn, Q["backfill_metrics"], {
                     "keep": self.keep, "limit": self.limit, "window": LIVE_WINDOW, "now": None})
             except psycopg.Error as exc:
