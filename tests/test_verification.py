@@ -173,6 +173,14 @@ def test_runners_verify_plans_by_their_kinds(url: str, tmp_path: Path) -> None:
         "raising": ("error", 1, 2)}
     text = run_cli("status", url=url).stdout
     assert "failed: 1/2 kinds passed (min 2); not passed: residual" in text
+    # the data fixed, `runner backfill verify` runs the kinds again (as the operator would)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO vf_report SELECT id, at, amount, 'lossy' FROM vf_src WHERE amount < 0")
+    again = run_cli("backfill", "verify", str(plans["lossy"]), "--reason", "rows fixed", "--app", APP, "--yes",
+                    "--json", url=url)
+    assert again.returncode == 0, again.stderr
+    redone = json.loads(again.stdout)["backfill"]
+    assert (redone["verify_status"], redone["verify_detail"]["passing"]) == ("passed", 2)
     # the plan view, from psql
     assert rows(url, "SELECT job_name, done, remaining, verify_status FROM runner.backfill_plans"
                      " WHERE job_name = 'good'") == [("good", 3, 0, "passed")]
@@ -204,3 +212,19 @@ def test_hostile_verification_sql_is_refused_or_timed_out_without_harm(url: str,
     # the output the plan wrote is whole: 18 rows, their amounts untouched
     assert rows(url, "SELECT count(*), sum(amount) FROM vf_report WHERE job = 'hostile'") == [(18, 123.75)]
     assert scalar(url, "SELECT count(*) FROM vf_secret") == 1
+
+
+def test_verification_sql_before_roles_sql_is_an_error_saying_so(db_url: str) -> None:
+    """Without sql/roles.sql, runner.verify_query_v1 belongs to the schema owner and refuses:
+    SQL kinds are errors naming the fix; the Python kind still runs."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("CREATE TABLE vf_src (id int PRIMARY KEY, at timestamptz NOT NULL, amount numeric NOT NULL)")
+        conn.execute("CREATE TABLE vf_report (src_id int, at timestamptz, amount numeric, job text)")
+        plan_id = create_plan(db_url, "lossy")
+        status, detail = backfill.run_checks(conn, plan_id, vf_app.jobs["lossy"])
+    assert status == "failed"  # a kind failed on the data (no run succeeded yet), the other could not run
+    by_name = {k["name"]: k for k in detail["kinds"]}
+    assert (by_name["runs"]["outcome"], by_name["runs"]["observed"]) == ("failed", 0)  # Python: it ran
+    assert by_name["residual"]["outcome"] == "error"
+    assert "apply sql/roles.sql" in by_name["residual"]["detail"]
