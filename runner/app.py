@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from runner import verification
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
 from runner.tiers import MisfireTiers, TierError, tiers
+from runner.verification import Kind
 
 if TYPE_CHECKING:
     from runner.inprocess import InProcessRunner
@@ -119,7 +121,10 @@ class JobDef:
     stale_after: timedelta | None = None  # runner.alerts: no success for longer than this
     overlap: str = "allow"
     lane: str = "realtime"  # the lane of its live slots (runner/lanes.py)
-    verify: VerifyFn | str | None = None  # a results check: callable or SQL (runner/backfill.py)
+    # a results check: callable or SQL (runner/backfill.py), or verification kinds
+    # (runner/verification.py), of which min_passing must pass
+    verify: VerifyFn | str | tuple[Kind, ...] | None = None
+    min_passing: int | None = None
     window: timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None
     retention: Retention | None = None  # None: the runner's --retention-default, else never pruned
     options: dict[str, Any] = field(default_factory=dict)
@@ -269,7 +274,8 @@ class Runner:
         stale_after: str | int | float | timedelta | None = None,
         overlap: str = "allow",
         lane: str = "realtime",
-        verify: VerifyFn | str | None = None,
+        verify: VerifyFn | str | Kind | Sequence[Kind] | None = None,
+        min_passing: int | None = None,
         window: str | int | float | timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None,
         retention: str | int | float | timedelta | dict[str, Any] | None = None,
     ) -> Callable[[Handler], Handler]:
@@ -297,6 +303,7 @@ class Runner:
             overlap=overlap,
             lane=lane,
             verify=verify,
+            min_passing=min_passing,
             window=window,
             retention=retention,
         )
@@ -377,11 +384,27 @@ class Runner:
         if window is not None and not callable(window):
             window = _interval_of(job, "window", window)
         verify = kw["verify"]
-        if isinstance(verify, str) and not verify.strip():
-            raise JobDefinitionError(job, "verify", "an empty SQL check")
-        if verify is not None and not (isinstance(verify, str) or callable(verify)):
-            raise JobDefinitionError(job, "verify", "give a callable (conn, window_start, window_end, "
-                                                    "partition) or a SQL string")
+        min_passing = kw.get("min_passing")
+        if isinstance(verify, Kind | list | tuple):
+            try:
+                verify, min_passing = verification.check(verify, min_passing)
+            except verification.VerificationError as exc:
+                raise JobDefinitionError(job, "verify", str(exc)) from None
+        else:
+            if isinstance(verify, str) and not verify.strip():
+                raise JobDefinitionError(job, "verify", "an empty SQL check")
+            if isinstance(verify, str):
+                try:
+                    verification.positional(verify, ("window_start", "window_end", "partition"))
+                except verification.VerificationError as exc:
+                    raise JobDefinitionError(job, "verify", str(exc)) from None
+            if verify is not None and not (isinstance(verify, str) or callable(verify)):
+                raise JobDefinitionError(job, "verify", "give a callable (conn, window_start, window_end, "
+                                                        "partition), a SQL string or a list of kinds "
+                                                        "(runner.verification)")
+            if min_passing is not None:
+                raise JobDefinitionError(job, "min_passing", "applies to a list of verification kinds "
+                                                             "(verify=[count(...), residual(...), ...])")
         retention = None
         if kw["retention"] is not None:
             try:
@@ -392,6 +415,7 @@ class Runner:
             name=job,
             retention=retention,
             verify=verify,
+            min_passing=min_passing,
             window=window,
             overlap=kw["overlap"],
             lane=lane,

@@ -58,8 +58,11 @@ job has no check). ``verify`` is a callable ``(conn, window_start, window_end, p
 returning ``True``/``False``, a string (a failure, saying why) or ``(passed, detail)``; or a SQL
 string with the named parameters ``%(window_start)s``, ``%(window_end)s`` and
 ``%(partition)s`` returning one row: the outcome (boolean) and, optionally, a detail. Each
-check runs in a transaction that is rolled back afterwards (read-only for SQL), with a
-statement timeout of ``VERIFY_TIMEOUT``. If that process dies before recording the outcome,
+check runs in a transaction that is rolled back afterwards, with a statement timeout of
+``VERIFY_TIMEOUT``; SQL runs as the condition role, read-only, on a connection of its own
+(runner/verification.py says why and how). Or ``verify`` is a list of verification kinds
+(count, checksum, sample_keys, residual: runner/verification.py), of which ``min_passing``
+must pass; each kind's outcome is recorded on the plan. If that process dies before recording the outcome,
 the plan stays unverified (``verify_status`` NULL); ``runner backfill verify ID`` (``reverify``)
 runs the check again, audited, as it does after the data was fixed.
 """
@@ -78,7 +81,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from runner import conditions, lanes, ledger, operate
+from runner import conditions, lanes, ledger, operate, verification
 from runner.app import JobDef
 from runner.ledger import ClaimedRun, Owner
 from runner.operate import OperatorError, default_who
@@ -88,7 +91,8 @@ from runner.sqlfiles import queries
 log = logging.getLogger("runner.backfill")
 Q = queries("backfill")
 
-VERIFY_TIMEOUT = "10min"
+VERIFY_TIMEOUT = "10min"  # a job's single check (callable or SQL)
+VERIFY_TIMEOUT_SECONDS = 600.0
 MAX_EXPECTED_RUNS = 1_000_000  # slot x partitions in one plan
 ACTIVE = ("planned", "running", "paused")  # plans whose runs are the lane's
 REQUEUED = ("failed", "dead", "skipped", "coalesced", "awaiting_approval", "cancelled")
@@ -451,7 +455,13 @@ def run_checks(conn: psycopg.Connection[Any], plan_id: int, job: JobDef) -> tupl
         r["partition_key"] for r in ledger.dict_rows(conn, Q["group_partitions"],
                                                      {"replay_group_id": row["replay_group_id"]})
     ] or [""]
-    checks = [_check(conn, job, start, end, p) for p in partitions]
+    if isinstance(job.verify, tuple):  # verification kinds (runner/verification.py)
+        assert job.min_passing is not None
+        status, kinds_detail = verification.run(conn, plan_id, job.verify, job.min_passing, start, end,
+                                                partitions)
+        return status, {**detail, **kinds_detail}
+    with verification.Session(conn, start, end) as session:
+        checks = [_check(conn, session, job, start, end, p) for p in partitions]
     outcomes = {c.outcome for c in checks}
     status = "failed" if "failed" in outcomes else "error" if "error" in outcomes else "passed"
     detail["checks"] = [{"partition": c.partition, "outcome": c.outcome, "detail": c.detail}
@@ -495,29 +505,34 @@ def reverify(conn: psycopg.Connection[Any], plan_id: int, job: JobDef, reason: s
     return {"backfill": recorded, "request": request}
 
 
-def _check(conn: psycopg.Connection[Any], job: JobDef, start: datetime, end: datetime,
-           partition: str) -> Check:
+def _check(conn: psycopg.Connection[Any], session: verification.Session, job: JobDef, start: datetime,
+           end: datetime, partition: str) -> Check:
+    """The job's single check in one partition. SQL runs as verification kinds' SQL does
+    (runner/verification.py: as the condition role, on a connection of its own)."""
     check = job.verify
     try:
+        if isinstance(check, str):
+            source = verification.Source(sql=check, positional=verification.positional(
+                check, ("window_start", "window_end", "partition")))
+            found, more = session.rows(source, partition, 1, VERIFY_TIMEOUT_SECONDS)
+            if more or len(found) != 1 or not found[0]:
+                many = "more than one" if more else "no"
+                return Check(partition, "error", f"the SQL check returned {many} row, not one")
+            first = found[0]
+            if not isinstance(first[0], bool):
+                return Check(partition, "error",
+                             f"the SQL check's first column is {type(first[0]).__name__}, not a boolean")
+            text = None if len(first) < 2 or first[1] is None else str(first[1])
+            return Check(partition, "passed" if first[0] else "failed", text)
+        assert callable(check)
         with conn.transaction(force_rollback=True):
-            if isinstance(check, str):
-                conn.execute(Q["read_only_limits"], {"timeout": VERIFY_TIMEOUT})
-                found = conn.execute(check, {"window_start": start, "window_end": end,
-                                             "partition": partition}).fetchall()
-                if len(found) != 1 or not found[0]:
-                    return Check(partition, "error", f"the SQL check returned {len(found)} rows, not one")
-                first = found[0]
-                if not isinstance(first[0], bool):
-                    return Check(partition, "error",
-                                 f"the SQL check's first column is {type(first[0]).__name__}, not a boolean")
-                text = None if len(first) < 2 or first[1] is None else str(first[1])
-                return Check(partition, "passed" if first[0] else "failed", text)
-            assert check is not None
             conn.execute(Q["time_limit"], {"timeout": VERIFY_TIMEOUT})
             return _outcome(partition, check(conn, start, end, partition))
     except Exception as exc:
         if conn.closed or conn.broken:
             raise
+        if isinstance(exc, verification.VerificationError | verification.KindFailed):
+            return Check(partition, "error", str(exc)[:1000])
         return Check(partition, "error", f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
 
 

@@ -351,6 +351,7 @@ def start(
             except OSError as exc:
                 raise ConfigError(f"cannot serve metrics on {metrics_host} port {metrics_port}: "
                                   f"{exc.strerror or exc}") from None
+            metrics.watch_backfills(lambda: _metrics_session(choice.url))
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
         if stop_requested:
             return
@@ -561,7 +562,8 @@ def status(
         report = operate.status(conn, runner_app, job)
         conn.close()
     if as_json:
-        _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts})
+        _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts,
+                      "backfills": report.backfills})
         return
     rows = [{
         "job": r["job_name"],
@@ -579,10 +581,34 @@ def status(
     } for r in report.jobs]
     _print_table(f"job health at {report.now.isoformat(timespec='seconds')}", rows, list(rows[0]) if rows
                  else ["job"])
+    if report.backfills:
+        _print_table("backfills (not finished, or finished in the last 24 h)", [{
+            "id": b["id"], "job": b["job_name"], "status": b["status"],
+            "done": f"{b['done']}/{b['expected_runs']}", "remaining": b["remaining"],
+            "failures": b["failures"], "paused by": b["pause_cause"] or "",
+            "pauses": ", ".join(f"{k} {v}" for k, v in sorted((b["pauses"] or {}).items())),
+            "verification": _verify_short(b)} for b in report.backfills],
+            ["id", "job", "status", "done", "remaining", "failures", "paused by", "pauses", "verification"])
     if report.alerts:
         _print_table("alerts", report.alerts, ["kind", "job_name", "owner", "run_id", "since", "detail"])
     else:
         _say("no alerts")
+
+
+def _metrics_session(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True, application_name="runner-metrics")
+
+
+def _verify_short(plan: dict[str, Any]) -> str:
+    """A plan's verification in a few words (runner.backfill_plans row)."""
+    status = plan["verify_status"]
+    if status is None:
+        return "pending" if plan["status"] != "completed" else "not recorded yet"
+    if plan["verify_kinds"] is None:
+        return str(status)
+    bad = [k["name"] for k in plan["verify_kinds"] if not k.get("passed")]
+    return (f"{status}: {plan['verify_passing']}/{len(plan['verify_kinds'])} kinds passed "
+            f"(min {plan['verify_min_passing']})" + (f"; not passed: {', '.join(bad)}" if bad else ""))
 
 
 def _show_rerun(plan: operate.RerunPlan) -> None:
@@ -999,7 +1025,17 @@ def _verify_line(plan: dict[str, Any]) -> str:
                 if plan["status"] != "completed" else "verification: running or not recorded yet")
     if status == "not_configured":
         return "verification: the job has no verify check (not verified)"
-    checks = (plan["verify_detail"] or {}).get("checks", [])
+    detail = plan["verify_detail"] or {}
+    if "kinds" in detail:  # verification kinds (runner/verification.py)
+        tally = (f"{detail.get('passing')} of {len(detail['kinds'])} kinds passed, at least "
+                 f"{detail.get('min_passing')} required")
+        if status == "passed":
+            return f"verified: {tally}"
+        bad = [k for k in detail["kinds"] if not k.get("passed")]
+        shown = "; ".join(f"{k.get('name')} {k.get('outcome')}"
+                          + (f": {k['detail']}" if k.get("detail") else "") for k in bad[:4])
+        return f"NOT verified: {status} ({tally}; {shown})"
+    checks = detail.get("checks", [])
     if status == "passed":
         return f"verified: every check passed ({_plural(len(checks), 'partition check')})"
     bad = [c for c in checks if c.get("outcome") != "passed"]
@@ -1025,6 +1061,10 @@ def _show_progress(progress: backfill.Progress) -> None:
     _say(f"  requested by {p['requested_by']} at {p['created_at'].isoformat(timespec='seconds')}: "
                f"{p['reason']}")
     _say(f"  {_verify_line(p)}")
+    kinds = (p["verify_detail"] or {}).get("kinds") if p["verify_status"] is not None else None
+    if kinds:
+        _print_table("verification kinds", kinds, ["kind", "name", "outcome", "expected", "observed",
+                                                   "partitions", "detail"])
     if progress.failures:
         _print_table("failed and dead runs (newest first)", progress.failures,
                      ["id", "schedule_slot", "partition_key", "status", "attempt", "last_error"])

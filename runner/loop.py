@@ -788,7 +788,7 @@ class Worker:
                           partition=c.partition_key, reason="another process claimed it")
         m = self.metrics
         for r in runs:
-            m.of(m.lag, r.job_name).observe(max((db_now - r.slot).total_seconds(), 0.0))
+            m.observe_lag(r.job_name, max((db_now - r.slot).total_seconds(), 0.0), r.trigger)
         self._start(runs)
         return won
 

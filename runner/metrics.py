@@ -17,15 +17,59 @@ run id or a partition, whose number grows without bound.
 | runner_takeovers_total | counter | job |
 | runner_last_success_timestamp_seconds | gauge | job |
 | runner_inflight_runs | gauge | |
+
+**Backfill plans** (``BackfillCollector``, on a process started with ``--metrics-port``):
+read from the ledger when scraped (at most once a second, whatever the scrape rate, on a
+connection of its own with a 2 s statement timeout), so every process reports the same
+fleet-wide values — aggregate them with ``max by (plan)``, not ``sum`` — except the live lag,
+which is the process's own. Labelled by ``plan`` (the plan's id) and ``job``: a plan's id
+grows without bound over the months, so only the plans not finished and those finished in
+the last ``FINISHED_KEEP`` seconds (10 minutes: long enough for a scrape to see the end) are
+reported, at most ``MAX_PLANS`` of them, newest first; a finished plan's series then
+disappear from the endpoint by themselves (there is nothing to remove).
+
+| metric | type | labels |
+|---|---|---|
+| runner_backfill_expected_runs | gauge | plan, job |
+| runner_backfill_remaining_runs | gauge | plan, job (pending, running or waiting for a retry) |
+| runner_backfill_runs_per_second | gauge | plan, job (runs finished in the last minute, per second) |
+| runner_backfill_eta_seconds | gauge | plan, job (remaining / rate; absent while the rate is 0) |
+| runner_backfill_failures | gauge | plan, job (failed or dead runs now) |
+| runner_backfill_pauses_total | counter | plan, job, cause (max_failures, condition, condition_error, |
+| | | operator, other) |
+| runner_backfill_paused | gauge | plan, job, cause (1 while paused) |
+| runner_backfill_status | gauge | plan, job, status (1 for the plan's status) |
+| runner_backfill_verified | gauge | plan, job (1 passed, 0 failed or error; absent before) |
+| runner_backfill_live_lag_seconds | gauge | plan, job (this process's p99 start lag of live slots |
+| | | in the last minute, while the plan runs) |
+| runner_backfill_metrics_up | gauge | (0 when the ledger could not be read for this scrape) |
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from runner import ledger
+from runner.sqlfiles import queries
+
+log = logging.getLogger("runner.metrics")
+Q = queries("metrics")
 
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+LIVE_WINDOW = 60.0  # seconds of live start lag kept for runner_backfill_live_lag_seconds
+FINISHED_KEEP = 600.0  # seconds a finished plan stays on the endpoint
+MAX_PLANS = 50
+MIN_INTERVAL = 1.0  # seconds between two ledger reads of the collector
 
 
 class Metrics:
@@ -47,6 +91,34 @@ class Metrics:
                                      registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._live: collections.deque[tuple[float, float]] = collections.deque(maxlen=20_000)
+        self._live_lock = threading.Lock()
+
+    def observe_lag(self, job: str, seconds: float, trigger: str) -> None:
+        """A claimed run's start lag: the histogram, and for live slots (trigger schedule)
+        the recent window behind runner_backfill_live_lag_seconds."""
+        self.of(self.lag, job).observe(seconds)
+        if trigger == "schedule":
+            with self._live_lock:
+                self._live.append((time.monotonic(), seconds))
+
+    def live_lag_p99(self) -> float | None:
+        """The p99 start lag of this process's live slots claimed in the last LIVE_WINDOW
+        seconds; None when there were none."""
+        since = time.monotonic() - LIVE_WINDOW
+        with self._live_lock:
+            while self._live and self._live[0][0] < since:
+                self._live.popleft()
+            values = sorted(v for _, v in self._live)
+        if not values:
+            return None
+        return values[min(len(values) - 1, int(0.99 * len(values)))]
+
+    def watch_backfills(self, open_conn: Callable[[], psycopg.Connection[Any]]) -> BackfillCollector:
+        """Report the backfill plans (read from the ledger at scrape time) on this registry."""
+        collector = BackfillCollector(open_conn, self.live_lag_p99)
+        self.registry.register(collector)
+        return collector
 
     def of(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once: the loop touches these for every run,
@@ -59,3 +131,102 @@ class Metrics:
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
+
+
+class BackfillCollector(Collector):
+    """The backfill plan metrics (see the module docstring), read from the ledger when
+    scraped. Its own connection; a failure yields runner_backfill_metrics_up 0 and opens
+    the connection again at the next scrape."""
+
+    def __init__(self, open_conn: Callable[[], psycopg.Connection[Any]],
+                 live_lag: Callable[[], float | None] = lambda: None, keep: float = FINISHED_KEEP,
+                 limit: int = MAX_PLANS, min_interval: float = MIN_INTERVAL) -> None:
+        self._open = open_conn
+        self._live_lag = live_lag
+        self.keep, self.limit, self.min_interval = keep, limit, min_interval
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._read_at = -float("inf")
+        self._rows: list[dict[str, Any]] | None = None
+
+    def describe(self) -> list[Metric]:
+        return []  # no ledger read when registered
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def read(self) -> list[dict[str, Any]] | None:
+        """The plans' rows (cached for min_interval seconds); None when the ledger failed."""
+        with self._lock:
+            if time.monotonic() - self._read_at < self.min_interval:
+                return self._rows
+            try:
+                if self._conn is None or self._conn.closed or self._conn.broken:
+                    self._conn = self._open()
+                    # a short read: JIT compilation (which large row estimates trigger)
+                    # would cost more than the query
+                    self._conn.execute("SET statement_timeout = '2s'")
+                    self._conn.execute("SET jit = off")
+                self._rows = ledger.dict_rows(self._conn, Q["backfill_metrics"], {
+                    "keep": self.keep, "limit": self.limit, "window": LIVE_WINDOW, "now": None})
+            except psycopg.Error as exc:
+                log.warning("backfill metrics: %s: %s", type(exc).__name__, str(exc).strip()[:200])
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn, self._rows = None, None
+            self._read_at = time.monotonic()
+            return self._rows
+
+    def collect(self) -> Iterator[Metric]:
+        plans = self.read()
+        up = GaugeMetricFamily("runner_backfill_metrics_up", "Whether the ledger could be read for the "
+                               "backfill metrics of this scrape")
+        up.add_metric([], 0.0 if plans is None else 1.0)
+        yield up
+        if plans is None:
+            return
+        names = ["plan", "job"]
+
+        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=[*names, *extra])
+
+        expected = gauge("runner_backfill_expected_runs", "Runs of the plan (slot x partitions)")
+        remaining = gauge("runner_backfill_remaining_runs", "Runs of the plan pending, running or "
+                          "waiting for a retry")
+        rate = gauge("runner_backfill_runs_per_second", "Runs of the plan finished per second over "
+                     "the last minute")
+        eta = gauge("runner_backfill_eta_seconds", "Estimated seconds left: remaining runs / rate")
+        failures = gauge("runner_backfill_failures", "Runs of the plan failed or dead now")
+        pauses = CounterMetricFamily("runner_backfill_pauses", "Times the plan paused, by cause",
+                                     labels=[*names, "cause"])
+        paused = gauge("runner_backfill_paused", "1 while the plan is paused, by cause", ("cause",))
+        status = gauge("runner_backfill_status", "1 for the plan's status", ("status",))
+        verified = gauge("runner_backfill_verified", "1 when the plan's verification passed, 0 when "
+                         "it failed")
+        live = gauge("runner_backfill_live_lag_seconds", "This process's p99 start lag of live slots "
+                     "in the last minute, while the plan runs")
+        live_p99 = self._live_lag()
+        for p in plans:
+            labels = [str(p["id"]), p["job_name"]]
+            expected.add_metric(labels, float(p["expected_runs"]))
+            remaining.add_metric(labels, float(p["remaining"]))
+            failures.add_metric(labels, float(p["failures"]))
+            per_second = float(p["finished_recently"]) / max(1.0, min(LIVE_WINDOW, float(p["age_seconds"])))
+            rate.add_metric(labels, per_second)
+            if p["remaining"] == 0:
+                eta.add_metric(labels, 0.0)
+            elif per_second > 0 and p["status"] == "running":
+                eta.add_metric(labels, p["remaining"] / per_second)
+            for cause, times in sorted((p["pauses"] or {}).items()):
+                pauses.add_metric([*labels, cause], float(times))
+            if p["status"] == "paused":
+                paused.add_metric([*labels, p["pause_cause"] or "other"], 1.0)
+            status.add_metric([*labels, p["status"]], 1.0)
+            if p["verify_status"] in ("passed", "failed", "error"):
+                verified.add_metric(labels, 1.0 if p["verify_status"] == "passed" else 0.0)
+            if p["status"] == "running" and live_p99 is not None:
+                live.add_metric(labels, live_p99)
+        yield from (expected, remaining, rate, eta, failures, pauses, paused, status, verified, live)

@@ -33,7 +33,7 @@ import getpass
 import json
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -110,6 +110,8 @@ class StatusReport:
     jobs: list[dict[str, Any]]  # runner.job_health rows, plus missing and next_slot
     alerts: list[dict[str, Any]]  # runner.alerts rows
     now: datetime  # the database clock the report was made at
+    # runner.backfill_plans rows (revision 0013_verify): plans not finished or finished in 24 h
+    backfills: list[dict[str, Any]] = field(default_factory=list)
 
 
 def status(conn: psycopg.Connection[Any], app: Runner | None = None,
@@ -139,7 +141,10 @@ def status(conn: psycopg.Connection[Any], app: Runner | None = None,
         row["next_slot"] = definition.schedule.next_after(now) if definition is not None else None
     jobs.sort(key=lambda r: r["job_name"])
     alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name}) if with_alerts else []
-    return StatusReport(jobs=jobs, alerts=alerts, now=now)
+    plans: list[dict[str, Any]] = []
+    if column_exists(conn, "runner.backfill_plans", "verify_kinds"):
+        plans = ledger.dict_rows(conn, Q["backfill_plans"], {"job_name": job_name})
+    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans)
 
 
 # -- rerun ------------------------------------------------------------------------------

@@ -185,6 +185,11 @@ $roles$;
 --                    EXECUTE on runner.pause_condition_v1 goes to the worker (its runners
 --                    evaluate conditions) and the operator (`runner backfill --pause-when`
 --                    evaluates it once at creation); no one else.
+--                    It owns runner.verify_query_v1 too, the same way: a job's verification
+--                    SQL (runner/verification.py) runs as this role, with EXECUTE for the
+--                    worker (verification when a plan completes) and the operator
+--                    (`runner backfill verify`). Tables a verification reads need
+--                    the same GRANT SELECT.
 -- Until this file ran, the function refuses to evaluate (it is owned by the schema owner
 -- then): plans with a pause_when pause, saying so.
 DO $condition$
@@ -219,6 +224,14 @@ BEGIN
     END IF;
     EXECUTE format('GRANT CREATE ON SCHEMA runner TO %I', condition);
     EXECUTE format('ALTER FUNCTION runner.pause_condition_v1(text) OWNER TO %I', condition);
+    IF to_regprocedure('runner.verify_query_v1(text, timestamptz, timestamptz, text, text[], integer)') IS NOT NULL THEN
+        EXECUTE format('ALTER FUNCTION runner.verify_query_v1(text, timestamptz, timestamptz, text, text[], integer) '
+                       'OWNER TO %I', condition);
+        REVOKE ALL ON FUNCTION runner.verify_query_v1(text, timestamptz, timestamptz, text, text[], integer)
+            FROM PUBLIC;
+        EXECUTE format('GRANT EXECUTE ON FUNCTION runner.verify_query_v1(text, timestamptz, timestamptz, text, '
+                       'text[], integer) TO %I, %I', worker, operator);
+    END IF;
     EXECUTE format('REVOKE CREATE ON SCHEMA runner FROM %I', condition);
     REVOKE ALL ON FUNCTION runner.pause_condition_v1(text) FROM PUBLIC;
     EXECUTE format('GRANT EXECUTE ON FUNCTION runner.pause_condition_v1(text) TO %I, %I', worker, operator);

@@ -322,8 +322,11 @@ def test_pause_when_is_checked_at_creation_read_only_and_timed(url: str, conn: A
     assert snapshot(url) == before
 
 
-def test_completes_and_records_the_verify_outcome(url: str, conn: Any) -> None:
-    # SQL check (hourly): passes when bf_done has one row per slot of the window and partition
+def test_completes_and_records_the_verify_outcome(url: str, conn: Any, db_roles: Any) -> None:
+    # SQL check (hourly): passes when bf_done has one row per slot of the window and partition;
+    # it runs as the condition role (runner/verification.py), which may read bf_done
+    db_roles.apply(url)
+    conn.execute(f"GRANT SELECT ON bf_done TO {db_roles.groups['condition']}")
     ok = create(conn, spec(start=0, end=2, concurrency=10))
     runs = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
     assert len(runs) == 4
@@ -380,8 +383,9 @@ def test_verify_callable_outcomes(value: Any, outcome: str, detail: str | None) 
     assert backfill._outcome("p", value) == backfill.Check("p", outcome, detail)
 
 
-def test_a_verify_check_that_raises_is_an_error(conn: Any) -> None:
+def test_a_verify_check_that_raises_is_an_error(url: str, conn: Any, db_roles: Any) -> None:
     app = Runner()
+    db_roles.apply(url)
 
     def broken(conn: Any, start: datetime, end: datetime, partition: str) -> bool:
         conn.execute("SELECT * FROM no_such_table")
@@ -448,7 +452,10 @@ def test_show_follow_ends_when_the_plan_does(url: str, conn: Any) -> None:
 # -- real runners --------------------------------------------------------------------------------------
 
 
-def test_runners_execute_a_plan_within_its_concurrency(url: str, tmp_path: Path) -> None:
+def test_runners_execute_a_plan_within_its_concurrency(url: str, tmp_path: Path, db_roles: Any) -> None:
+    db_roles.apply(url)  # the SQL verify check runs as the condition role
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(f"GRANT SELECT ON bf_done TO {db_roles.groups['condition']}")
     made = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(12)), "--reason", "replay",
                        "--concurrency", "3", "--yes", "--json", "--app", APP, url=url))
     plan_id, group = made["backfill"]["id"], made["backfill"]["replay_group_id"]

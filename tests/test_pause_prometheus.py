@@ -49,7 +49,7 @@ ANSWERS: dict[str, tuple[int, Any]] = {
 
 class Prometheus:
     """A stand-in for Prometheus's /api/v1/query on 127.0.0.1 (answers from ANSWERS; the
-    query 'slow' answers after 3 s)."""
+    query 'slow' answers after 3 s, 'slower' after 6 s; 'server_error' gets an HTML 502)."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str, str]] = []  # method, path, query
@@ -62,10 +62,15 @@ class Prometheus:
                 outer.asked.append(("GET", parts.path, query))
                 if query == "slow":
                     time.sleep(3)  # an answer slower than any evaluation may take
+                if query == "slower":
+                    time.sleep(6)  # slower than the runner's whole evaluation (3 s)
                 status, body = ANSWERS.get(query, (200, vector()))
                 data = json.dumps(body).encode()
+                kind = "application/json"
+                if query == "server_error":  # a proxy's error page, not the query API
+                    status, data, kind = 502, b"<html><body>Bad Gateway</body></html>", "text/html"
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -162,3 +167,49 @@ def test_a_runner_without_prometheus_pauses_the_plan_saying_so(db_url: str) -> N
                     (made["backfill"]["id"],)) == [
             ("paused", "pause_when failed: no Prometheus to ask: this runner has no --prometheus-url "
                        "(RUNNER_PROMETHEUS_URL)")]
+
+
+def test_a_slow_prometheus_refuses_the_plan_at_creation_within_the_timeout(db_url: str,
+                                                                         prometheus: Prometheus) -> None:
+    began = time.monotonic()
+    refused = run_cli("backfill", "hourly", "--from", T0.isoformat(), "--to", (T0 + HOUR).isoformat(),
+                      "--reason", "r", "--yes", "--pause-when-prometheus", "slower", "--prometheus-url",
+                      prometheus.url, "--app", "tests/apps/conditions.py:app", url=db_url)
+    assert refused.returncode == 1 and "timed out" in refused.stderr and "nothing written" in refused.stderr, (
+        refused.stderr)
+    assert time.monotonic() - began < 5.5  # the 3 s evaluation bound, not the 6 s answer
+    assert rows(db_url, "SELECT count(*) FROM runner.backfills") == [(0,)]
+    assert rows(db_url, "SELECT count(*) FROM runner.job_runs") == [(0,)]
+
+
+def test_a_runner_pauses_plans_whose_prometheus_fails_or_is_too_slow(db_url: str, prometheus: Prometheus,
+                                                                     tmp_path: Path) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        made = {}
+        for query, start in (("server_error", 0), ("slower", 500)):
+            spec = backfill.Spec(job_name="hourly", range_from=T0 + start * HOUR, range_to=T0 + (start + 300) * HOUR)
+            made[query] = backfill.create(conn, backfill.plan(conn, cond_app.jobs["hourly"], spec), "r", "t")[
+                "backfill"]["id"]
+            conn.execute("UPDATE runner.backfills SET pause_when = %s WHERE id = %s",
+                         (f"prometheus:{query}", made[query]))
+    proc = RunnerProcess("tests/apps/conditions.py:app", db_url, "--poll-interval", "0.2", "--prometheus-url",
+                         prometheus.url, log=tmp_path / "runner.log")
+    try:
+        def reasons() -> dict[int, str] | None:
+            found = dict(rows(db_url, "SELECT id, pause_reason FROM runner.backfills WHERE status = 'paused'"))
+            return found if len(found) == 2 else None
+        paused = eventually(reasons, timeout=40)
+        # the loop kept serving live slots while an evaluation waited on Prometheus
+        ticks = rows(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'tick' AND status = 'succeeded'")
+        assert ticks[0][0] >= 5
+        assert proc.proc.poll() is None
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert paused[made["server_error"]].startswith("pause_when failed: Prometheus at 127.0.0.1:")
+    assert "JSONDecodeError" in paused[made["server_error"]]
+    assert paused[made["slower"]].startswith("pause_when failed: ")
+    assert ("timed out" in paused[made["slower"]] or "took longer than 3s" in paused[made["slower"]]
+            or "too long" in paused[made["slower"]]), paused[made["slower"]]
+    assert rows(db_url, "SELECT pauses FROM runner.backfills ORDER BY id") == [
+        ({"condition_error": 1},), ({"condition_error": 1},)]

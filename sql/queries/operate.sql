@@ -17,6 +17,18 @@ FROM runner.alerts a
 WHERE (%(job_name)s::text IS NULL OR a.job_name = %(job_name)s)
 ORDER BY a.since DESC NULLS LAST, a.kind, a.job_name, a.run_id
 
+-- name: backfill_plans
+-- The plans `runner status` shows (runner.backfill_plans, revision 0013_verify): those not
+-- finished, and those finished in the last 24 hours, newest first.
+SELECT p.id, p.job_name, p.status, p.expected_runs, p.done, p.remaining, p.failures,
+       p.pause_reason, p.pause_cause, p.pauses, p.verify_status, p.verify_min_passing,
+       p.verify_passing, p.verify_kinds, p.finished_at
+FROM runner.backfill_plans p
+WHERE (%(job_name)s::text IS NULL OR p.job_name = %(job_name)s)
+  AND (p.status IN ('planned', 'running', 'paused') OR p.finished_at > now() - interval '24 hours')
+ORDER BY p.id DESC
+LIMIT 50
+
 -- name: has_column
 -- Whether a relation exists and has a column: the operator commands use relations of other
 -- revisions (runner.missing_slots, runner.effects) only where they exist.

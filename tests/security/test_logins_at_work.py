@@ -23,7 +23,7 @@ HOUR = timedelta(hours=1)
 
 def app_tables(logins: Logins) -> None:
     """The tables the test app's handlers write (as the worker) and its verify check reads
-    (as the operator, for `runner backfill verify`)."""
+    (as the condition role: verification SQL runs as it, runner/verification.py)."""
     with psycopg.connect(logins.admin, autocommit=True) as conn:
         conn.execute("CREATE TABLE bf_gauge (running int NOT NULL DEFAULT 0, peak int NOT NULL DEFAULT 0)")
         conn.execute("INSERT INTO bf_gauge VALUES (0, 0)")
@@ -32,6 +32,7 @@ def app_tables(logins: Logins) -> None:
         conn.execute(sql.SQL("GRANT SELECT, UPDATE ON bf_gauge TO {}").format(worker))
         conn.execute(sql.SQL("GRANT SELECT, INSERT ON bf_done TO {}").format(worker))
         conn.execute(sql.SQL("GRANT SELECT ON bf_done TO {}").format(operator))
+        conn.execute(sql.SQL("GRANT SELECT ON bf_done TO {}").format(sql.Identifier(logins.groups["condition"])))
 
 
 def held_and_dead_runs(logins: Logins) -> None:

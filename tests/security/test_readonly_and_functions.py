@@ -22,8 +22,8 @@ INTERNAL = {"lock_backfill_for_action", "record_pause_v1"}
 # owned by the condition role, not the schema owner: it runs the caller's condition as that
 # powerless role, so it fixes no search_path (names resolve as the caller's) and its own
 # owner check names the catalogs with their schema; runners evaluate, operators check at
-# creation
-CONDITION_FUNCTIONS = {"pause_condition_v1"}
+# creation (and the same for verify_query_v1: a job's verification SQL)
+CONDITION_FUNCTIONS = {"pause_condition_v1", "verify_query_v1"}
 
 READONLY_FORBIDDEN = {
     "rerun": "SELECT * FROM runner.rerun_v1({dead}, 'dead', 3, false, 'r', 'r')",

@@ -1,0 +1,37 @@
+-- Named statements of the metrics endpoint (runner/metrics.py): the backfill plans it
+-- reports, read at scrape time.
+
+-- name: backfill_metrics
+-- The plans not finished and those finished in the last `keep` seconds (newest first, at
+-- most `limit`), with their runs remaining (pending, running, failed: waiting for a retry)
+-- and failing (failed, dead) — each counted on the replay group's (replay_group_id, status)
+-- index, so the cost follows the runs left and failed, not the plan's size — and how many finished
+-- in the last `window` seconds (succeeded or dead), on the job's indexes by finish time.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), plans AS (
+    SELECT b.*
+    FROM runner.backfills b CROSS JOIN clock c
+    WHERE b.status IN ('planned', 'running', 'paused')
+       OR b.finished_at > c.now - make_interval(secs => %(keep)s)
+    ORDER BY b.id DESC
+    LIMIT %(limit)s
+)
+SELECT p.id, p.job_name, p.status, p.expected_runs, p.pause_cause, p.pauses, p.verify_status,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.replay_group_id = p.replay_group_id
+          AND r.status IN ('pending', 'running', 'failed')) AS remaining,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.replay_group_id = p.replay_group_id AND r.status IN ('failed', 'dead')) AS failures,
+       extract(epoch FROM c.now - p.created_at)::float8 AS age_seconds,
+       (SELECT count(*) FROM runner.job_runs r
+        WHERE r.job_name = p.job_name AND r.status = 'succeeded'
+          AND r.finished_at > c.now - make_interval(secs => %(window)s)
+          AND r.replay_group_id = p.replay_group_id)
+     + (SELECT count(*) FROM runner.job_runs r
+        WHERE r.job_name = p.job_name AND r.status = 'dead'
+          AND r.finished_at > c.now - make_interval(secs => %(window)s)
+          AND r.replay_group_id = p.replay_group_id) AS finished_recently
+FROM plans p
+CROSS JOIN clock c
+ORDER BY p.id DESC

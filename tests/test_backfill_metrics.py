@@ -1,0 +1,163 @@
+"""Prometheus metrics of backfill plans (runner/metrics.py, BackfillCollector): scraped from a
+real ``runner start --metrics-port`` process while plans run, pause and finish; read from
+the ledger, so pauses are counted by cause whichever path paused a plan (a trigger of
+revision 0013_verify); finished plans leave the endpoint."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from runner import backfill
+from runner.metrics import BackfillCollector
+from tests.apps.verified import app as vf_app
+from tests.support import RunnerProcess, eventually, rows, run_cli
+from tests.test_observe import free_port
+
+APP = "tests/apps/verified.py:app"
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def url(db_url: str) -> str:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE vf_src (id int PRIMARY KEY, at timestamptz NOT NULL, amount numeric NOT NULL)")
+        c.execute("CREATE TABLE vf_report (src_id int, at timestamptz, amount numeric, job text)")
+    return db_url
+
+
+def create_plan(url: str, job: str, slots: int, **kw: Any) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        spec = backfill.Spec(job_name=job, range_from=T0 + HOUR, range_to=T0 + (slots + 1) * HOUR, **kw)
+        made = backfill.create(conn, backfill.plan(conn, vf_app.jobs[job], spec), "metrics", "tester")
+        return int(made["backfill"]["id"])
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: Any) -> float | None:
+    return found.get((name, frozenset((k, str(v)) for k, v in labels.items())))
+
+
+def names_of(found: Iterable[tuple[str, Any]]) -> set[str]:
+    return {name for name, _ in found}
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The endpoint's samples ({} while the process is not listening yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            return samples(resp.read().decode())
+    except ConnectionRefusedError:
+        return {}
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return {}
+        raise
+
+
+def test_metrics_of_running_paused_and_finished_plans_from_a_real_runner(url: str, tmp_path: Path) -> None:
+    plan = create_plan(url, "good", 60, rate=10.0, concurrency=2)
+    stuck = create_plan(url, "failing", 3, max_failures=0)
+    port = free_port()
+    proc = RunnerProcess(APP, url, "--poll-interval", "0.1", "--metrics-port", str(port),
+                         log=tmp_path / "runner.log")
+    try:
+        # while the plan runs: remaining, a rate, an estimated time left, the live lane's lag
+        def running() -> Any:
+            m = scrape(port)
+            left = value(m, "runner_backfill_remaining_runs", plan=plan, job="good")
+            return (left is not None and 0 < left < 60
+                    and (value(m, "runner_backfill_runs_per_second", plan=plan, job="good") or 0) > 0
+                    and value(m, "runner_backfill_eta_seconds", plan=plan, job="good") is not None
+                    and value(m, "runner_backfill_live_lag_seconds", plan=plan, job="good") is not None
+                    and m)
+        m = eventually(running, timeout=30)
+        assert value(m, "runner_backfill_expected_runs", plan=plan, job="good") == 60
+        assert value(m, "runner_backfill_status", plan=plan, job="good", status="running") == 1
+        assert value(m, "runner_backfill_metrics_up") == 1
+        rate = value(m, "runner_backfill_runs_per_second", plan=plan, job="good")
+        left = value(m, "runner_backfill_remaining_runs", plan=plan, job="good")
+        assert rate is not None and left is not None and rate <= 12  # --rate 10
+        assert value(m, "runner_backfill_eta_seconds", plan=plan, job="good") == pytest.approx(left / rate)
+        # the failing plan paused itself past max_failures=0: failures, the pause and its cause
+        m = eventually(lambda: (m := scrape(port)) and value(
+            m, "runner_backfill_paused", plan=stuck, job="failing", cause="max_failures") == 1 and m, timeout=30)
+        assert value(m, "runner_backfill_pauses_total", plan=stuck, job="failing", cause="max_failures") == 1
+        assert (value(m, "runner_backfill_failures", plan=stuck, job="failing") or 0) >= 1
+        assert value(m, "runner_backfill_eta_seconds", plan=stuck, job="failing") is None  # paused: no estimate
+        # an operator pauses the running plan, then resumes it
+        paused = run_cli("backfill", "pause", str(plan), "--reason", "look", "--yes", url=url)
+        assert paused.returncode == 0, paused.stderr
+        m = eventually(lambda: (m := scrape(port)) and value(
+            m, "runner_backfill_paused", plan=plan, job="good", cause="operator") == 1 and m, timeout=10)
+        assert value(m, "runner_backfill_pauses_total", plan=plan, job="good", cause="operator") == 1
+        assert value(m, "runner_backfill_live_lag_seconds", plan=plan, job="good") is None  # not running
+        resumed = run_cli("backfill", "resume", str(plan), "--reason", "fine", "--yes", url=url)
+        assert resumed.returncode == 0, resumed.stderr
+        # finished: nothing remains, the estimate is 0, the verification is reported
+        m = eventually(lambda: (m := scrape(port)) and value(
+            m, "runner_backfill_verified", plan=plan, job="good") is not None and m, timeout=60)
+        assert value(m, "runner_backfill_status", plan=plan, job="good", status="completed") == 1
+        assert value(m, "runner_backfill_remaining_runs", plan=plan, job="good") == 0
+        assert value(m, "runner_backfill_eta_seconds", plan=plan, job="good") == 0
+        assert value(m, "runner_backfill_pauses_total", plan=plan, job="good", cause="operator") == 1
+        assert value(m, "runner_backfill_paused", plan=plan, job="good", cause="operator") is None
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    # bounded labels: plan and job (and cause, status), never a slot, run or partition
+    labels = {k for (_, ls) in m for k, _ in ls}
+    assert not labels & {"slot", "run_id", "partition"}
+
+
+def test_pauses_by_cause_finished_plans_leave_and_a_lost_ledger_says_so(url: str) -> None:
+    plan = create_plan(url, "good", 2)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for reason in ("pause_when failed: DivisionByZero", "pause_when returned true",
+                       "4 failed or dead run(s), more than max_failures=3: look", "paused by ann: why"):
+            conn.execute("UPDATE runner.backfills SET status = 'paused', pause_reason = %s WHERE id = %s",
+                         (reason, plan))
+            conn.execute("UPDATE runner.backfills SET status = 'running', pause_reason = NULL WHERE id = %s",
+                         (plan,))
+        conn.execute("UPDATE runner.backfills SET status = 'paused', pause_reason = 'paused by bob: again'"
+                     " WHERE id = %s", (plan,))
+        conn.execute("UPDATE runner.backfills SET pause_reason = 'paused by bob: reworded' WHERE id = %s", (plan,))
+    assert rows(url, "SELECT pauses, pause_cause FROM runner.backfills WHERE id = %s", (plan,)) == [(
+        {"condition_error": 1, "condition": 1, "max_failures": 1, "operator": 2}, "operator")]
+    registry = CollectorRegistry()
+    collector = BackfillCollector(lambda: psycopg.connect(url, autocommit=True), min_interval=0, keep=3600)
+    registry.register(collector)
+    try:
+        m = samples(generate_latest(registry).decode())
+        assert value(m, "runner_backfill_pauses_total", plan=plan, job="good", cause="operator") == 2
+        assert value(m, "runner_backfill_paused", plan=plan, job="good", cause="operator") == 1
+        with psycopg.connect(url, autocommit=True) as conn:  # the plan finishes
+            conn.execute("UPDATE runner.backfills SET status = 'running' WHERE id = %s", (plan,))
+            conn.execute("UPDATE runner.backfills SET status = 'completed', finished_at = now() - interval '2 hours'"
+                         " WHERE id = %s", (plan,))
+        m = samples(generate_latest(registry).decode())
+        assert "runner_backfill_remaining_runs" not in names_of(m)  # finished over `keep` ago: gone
+        assert value(m, "runner_backfill_metrics_up") == 1
+        # the ledger goes away: the scrape still answers, saying so
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                         " AND pid <> pg_backend_pid()")
+            conn.execute("ALTER TABLE runner.backfills RENAME TO backfills_away")
+        m = samples(generate_latest(registry).decode())
+        assert value(m, "runner_backfill_metrics_up") == 0
+    finally:
+        collector.close()
