@@ -1,0 +1,26 @@
+"""Autovacuum at high churn: fixed thresholds for runner.job_runs and runner.attempts.
+
+Revision ID: 0015_scale
+Revises: 0010_web
+Create Date: 2026-12-01
+"""
+
+from alembic import op
+
+from runner.sqlfiles import apply_files
+
+revision = "0015_scale"
+down_revision = "0010_web"
+branch_labels = None
+depends_on = None
+
+UPGRADE = ["revisions/0015_scale.sql"]
+DOWNGRADE = ["revisions/0015_scale.down.sql"]
+
+
+def upgrade() -> None:
+    apply_files(op.execute, UPGRADE)
+
+
+def downgrade() -> None:
+    apply_files(op.execute, DOWNGRADE)
