@@ -1,4 +1,5 @@
-"""Autovacuum at high churn: fixed thresholds for runner.job_runs and runner.attempts.
+"""A ledger of years: fixed autovacuum thresholds for runner.job_runs and runner.attempts, and
+a partial index of failed attempts by finish time (README "Upgrading while running": build it concurrently first on a large ledger).
 
 Revision ID: 0015_scale
 Revises: 0010_web

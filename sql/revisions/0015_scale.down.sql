@@ -9,3 +9,4 @@ ALTER TABLE runner.attempts RESET (
     autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold,
     autovacuum_analyze_scale_factor, autovacuum_analyze_threshold
 );
+DROP INDEX IF EXISTS runner.attempts_failed_finished;
