@@ -1,5 +1,6 @@
 """A ledger of years: fixed autovacuum thresholds for runner.job_runs and runner.attempts, and
-a partial index of failed attempts by finish time (README "Upgrading while running": build it concurrently first on a large ledger).
+a partial index of failed attempts by finish time (README "Upgrading while running": on a
+large ledger, build it CONCURRENTLY first).
 
 Revision ID: 0015_scale
 Revises: 0010_web
