@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0013_verify"
+HEAD = "0015_scale"
 
 # `runner db upgrade` (and `alembic upgrade`, through migrations/env.py) holds the session-level
 # advisory lock (lock namespace, MIGRATE_LOCK_KEY) while it migrates, so that two deploys never
@@ -115,7 +115,7 @@ def check_schema(conn: psycopg.Connection[Any], url: str) -> None:
 
 def describe_schema(conn: psycopg.Connection[Any]) -> str:
     """A normalised, stable text description of the runner schema (tables, columns,
-    constraints, indexes, functions, views), compared by a test with sql/schema.txt."""
+    constraints, indexes, storage parameters, functions, views), compared by a test with sql/schema.txt."""
     from runner.sqlfiles import queries
 
     q = queries("schema")
@@ -135,6 +135,9 @@ def describe_schema(conn: psycopg.Connection[Any]) -> str:
     out.append("")
     for _table, _index, indexdef in conn.execute(q["indexes"]):
         out.append(" ".join(indexdef.split()))
+    out.append("")
+    for name, options in conn.execute(q["storage"]):
+        out.append(f"storage runner.{name}: {options}")
     out.append("")
     for proname, args, result, lang, vol, par, strict, src in conn.execute(q["functions"]):
         out.append(f"function runner.{proname}({args}) returns {result} language {lang} "

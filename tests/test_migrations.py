@@ -95,3 +95,23 @@ def test_plain_alembic_from_repo_root(empty_db_url: str) -> None:
 
 def test_head_constant_matches_alembic() -> None:
     assert migrate.alembic_head() == migrate.HEAD
+
+
+HOT_TABLE_SETTINGS = {"autovacuum_vacuum_scale_factor=0.0", "autovacuum_vacuum_threshold=100000",
+                      "autovacuum_vacuum_insert_scale_factor=0.0", "autovacuum_vacuum_insert_threshold=100000",
+                      "autovacuum_analyze_scale_factor=0.0", "autovacuum_analyze_threshold=100000"}
+RELOPTIONS = ("SELECT c.relname, c.reloptions FROM pg_class c WHERE c.oid IN"
+              " ('runner.job_runs'::regclass, 'runner.attempts'::regclass) ORDER BY 1")
+
+
+def test_hot_tables_vacuum_by_churn_not_by_size(db_url: str) -> None:
+    """Revision 0015_scale: fixed autovacuum thresholds on the two hot tables, so the vacuum
+    cadence follows the churn, not the ledger's size; its downgrade gives the server's back."""
+    got = rows(db_url, RELOPTIONS)
+    assert [name for name, _ in got] == ["attempts", "job_runs"]
+    for _name, options in got:
+        assert set(options or []) == HOT_TABLE_SETTINGS
+    migrate.downgrade(db_url, "0010_web")
+    assert rows(db_url, RELOPTIONS) == [("attempts", None), ("job_runs", None)]
+    migrate.upgrade(db_url)
+    assert all(set(options or []) == HOT_TABLE_SETTINGS for _, options in rows(db_url, RELOPTIONS))

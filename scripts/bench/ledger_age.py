@@ -1,6 +1,6 @@
-"""A ledger that is old: the runner's figures on 1M and 10M seeded runs.
+"""A ledger that is old: the runner's figures on 1M, 10M and 30M seeded runs.
 
-    python scripts/bench/ledger_age.py [--rows 1000000 10000000] [--jobs 1000] [--days-per-million 3]
+    python scripts/bench/ledger_age.py [--rows 1000000 10000000 30000000] [--jobs 1000] [--days-per-million 3]
 
 For each size: a scratch database, migrated; the jobs and runs of scripts/bench/gap_scan.py
 (a mix of every= and cron= jobs in several zones, static and dynamic partitions; mostly succeeded, some skipped, coalesced, failed, dead, some slots without a
@@ -15,6 +15,14 @@ advanced once. Then, on that ledger:
     and the statements behind them alone (SQL time);
   * claim throughput: two `runner start` processes drain one slot of a job with
     --partitions partitions (runs/s from the ledger, as scripts/bench/runner_throughput.py);
+  * live lag: --lag-jobs jobs every second on two `runner start` processes for --lag-seconds,
+    p99 of attempt start - slot instant from the ledger (as scripts/bench/runner_lag.py);
+  * the on-call recipes: each fenced query of the README's "On call: ten questions, ten
+    queries", as run by an operator (median of --repeat);
+  * churn: the dead tuples the claim and lag phases left in runner.job_runs and
+    runner.attempts (pg_stat_user_tables; whether autovacuum ran), the size of the hot
+    partial indexes, and the time of a read of the running runs through their partial
+    index (the takeover and heartbeat shape), before and after a VACUUM;
   * pruning rate: every job given a 1-hour retention, --prune-passes passes of
     runner.prune_v1(--prune-batch), runs deleted per second.
 
@@ -27,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -43,7 +52,15 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from benchlib import DEFAULT_DSN, drop_database, environment, median, print_table, recreate_database  # noqa: E402
+from benchlib import (  # noqa: E402
+    DEFAULT_DSN,
+    drop_database,
+    environment,
+    median,
+    percentile,
+    print_table,
+    recreate_database,
+)
 from gap_scan import define_jobs, seed, url_of  # noqa: E402
 
 from runner import migrate  # noqa: E402
@@ -52,7 +69,7 @@ APP = '''
 from runner import Runner
 app = Runner()
 
-@app.job("fanout", every="30s", partitions=[str(i) for i in range({n})], grace="1h")
+@app.job("fanout", every="{every}s", partitions=[str(i) for i in range({n})], grace="1h")
 def fanout(ctx):
     pass
 '''
@@ -66,6 +83,81 @@ ATTEMPTS = ("INSERT INTO runner.attempts (run_id, attempt, fence, trigger, owner
             " CASE r.status WHEN 'succeeded' THEN 'succeeded' WHEN 'dead' THEN 'dead' ELSE 'failed' END,"
             " r.started_at, r.started_at, r.started_at FROM runner.job_runs r"
             " WHERE r.status IN ('succeeded', 'failed', 'dead')")
+
+
+LAG_APP = '''
+from runner import Runner
+app = Runner()
+
+def noop(ctx):
+    pass
+
+for i in range({n}):
+    app.job(f"lag-{{i:04d}}", every="1s")(noop)
+'''
+
+# dead tuples, and how many autovacuum waits for on this table (its own settings, else the server's)
+CHURN = ("SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.autoanalyze_count,"
+         " round(coalesce((SELECT split_part(o, '=', 2) FROM unnest(c.reloptions) o"
+         "                 WHERE o LIKE 'autovacuum_vacuum_threshold=%%')::float8,"
+         "                current_setting('autovacuum_vacuum_threshold')::float8)"
+         " + coalesce((SELECT split_part(o, '=', 2) FROM unnest(c.reloptions) o"
+         "             WHERE o LIKE 'autovacuum_vacuum_scale_factor=%%')::float8,"
+         "            current_setting('autovacuum_vacuum_scale_factor')::float8) * c.reltuples)"
+         " FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+         " WHERE s.schemaname = 'runner' AND s.relname IN ('job_runs', 'attempts', 'instances', 'gap_watermarks')")
+HOT_INDEXES = ("SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+               " WHERE n.nspname = 'runner' AND c.relname IN ('job_runs_running', 'job_runs_due',"
+               " 'job_runs_unaccounted', 'attempts_running')")
+RUNNING = "SELECT count(*) FROM runner.job_runs WHERE status = 'running' AND job_name = ANY(%s)"
+
+
+def recipes() -> list[tuple[int, str]]:
+    """(number, query) of each fenced sql block in the README's on-call section."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## On call: ten questions, ten queries\n", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"^\*\*(\d+)\. .+?\*\*[^`]*?```sql\n(.*?)```", section, re.S | re.M)
+    return [(int(n), q) for n, q in found]
+
+
+def live_lag(url: str, jobs: int, seconds: float) -> float:
+    """p99 (ms) of attempt start - slot, `jobs` every-second jobs on two `runner start`."""
+    app_dir = Path(tempfile.mkdtemp())
+    (app_dir / "lag_app.py").write_text(LAG_APP.format(n=jobs))
+    env = {**os.environ, "RUNNER_DATABASE_URL": url}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "runner", "start", "--app", str(app_dir / "lag_app.py") + ":app",
+         "--workers", "32", "--log-level", "WARNING"],
+        env=env, cwd=ROOT, stderr=open(app_dir / f"l{i}.log", "w")) for i in range(2)]  # noqa: SIM115
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while conn.execute("SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
+                               " AND 'lag-0000' = ANY(jobs)").fetchone()[0] < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the lag runners did not start")
+                time.sleep(0.1)
+            start = conn.execute("SELECT date_trunc('second', now()) + interval '2 seconds'").fetchone()[0]
+            time.sleep(seconds + 2)
+            end = conn.execute("SELECT date_trunc('second', now()) - interval '1 second'").fetchone()[0]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(60)
+    with psycopg.connect(url, autocommit=True) as conn:
+        lags = [r[0] for r in conn.execute(
+            "SELECT extract(epoch FROM a.started_at - r.schedule_slot)::float8 FROM runner.job_runs r"
+            " JOIN runner.attempts a ON a.run_id = r.id AND a.attempt = 1"
+            " WHERE r.job_name LIKE 'lag-%%' AND r.schedule_slot BETWEEN %s AND %s", (start, end))]
+    return percentile(lags, 99) * 1000
+
+
+def churn(conn: psycopg.Connection[Any], jobs: list[str]) -> dict[str, Any]:
+    stats = {r[0]: {"live": r[1], "dead": r[2], "autovacuums": r[3], "autoanalyzes": r[4], "vacuum_after_dead": r[5]}
+             for r in conn.execute(CHURN)}
+    return {"tables": stats, "hot_indexes": dict(conn.execute(HOT_INDEXES).fetchall()),
+            "running_read_ms": median([timed(conn, RUNNING, (jobs,)) for _ in range(5)]) * 1000}
 
 
 def timed(conn: psycopg.Connection[Any], statement: str, params: Any = None) -> float:
@@ -83,18 +175,19 @@ def command_time(url: str, *args: str) -> float:
     return time.perf_counter() - t
 
 
-def claim_throughput(url: str, partitions: int) -> float:
-    """Two `runner start` processes drain one slot of `partitions` runs; runs per second."""
+def claim_throughput(url: str, partitions: int, churn_slots: int = 0, every: int = 15) -> float:
+    """Two `runner start` processes drain one slot of `partitions` runs; runs per second. Then
+    they go on for `churn_slots` more slots (churn for the dead-tuple figures)."""
     app_dir = Path(tempfile.mkdtemp())
-    (app_dir / "bench_app.py").write_text(APP.format(n=partitions))
+    (app_dir / "bench_app.py").write_text(APP.format(n=partitions, every=every))
     env = {**os.environ, "RUNNER_DATABASE_URL": url}
     procs = []
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             now = conn.execute("SELECT now()").fetchone()[0]
-            slot = datetime.fromtimestamp((int(now.timestamp()) // 30 + 1) * 30, UTC)
+            slot = datetime.fromtimestamp((int(now.timestamp()) // every + 1) * every, UTC)
             if (slot - now).total_seconds() < 10:
-                slot += timedelta(seconds=30)
+                slot += timedelta(seconds=every)
             time.sleep(max((slot - now).total_seconds() - 8, 0))
             for i in range(2):
                 procs.append(subprocess.Popen(
@@ -109,6 +202,13 @@ def claim_throughput(url: str, partitions: int) -> float:
                 time.sleep(0.05)  # polling the outcome, as runner_throughput.py does
             last = conn.execute("SELECT max(finished_at) FROM runner.job_runs WHERE job_name = 'fanout'"
                                 " AND schedule_slot = %s", (slot,)).fetchone()[0]
+            final = slot + timedelta(seconds=every * churn_slots)
+            while churn_slots and conn.execute(
+                    "SELECT count(*) FROM runner.job_runs WHERE job_name = 'fanout' AND schedule_slot = %s"
+                    " AND status = 'succeeded'", (final,)).fetchone()[0] < partitions:
+                if time.monotonic() > deadline + every * churn_slots:
+                    raise RuntimeError("the churn slots were not drained")
+                time.sleep(0.2)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -118,7 +218,8 @@ def claim_throughput(url: str, partitions: int) -> float:
 
 
 def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, partitions: int,
-            prune_batch: int, prune_passes: int) -> dict[str, Any]:
+            prune_batch: int, prune_passes: int, lag_jobs: int = 100, lag_seconds: float = 15,
+            churn_slots: int = 4) -> dict[str, Any]:
     name = f"bench_ledger_age_{rows}"
     dsn = recreate_database(admin, name)
     url = url_of(dsn)
@@ -148,10 +249,17 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, partitions
             runs_sql = median([timed(conn, "SELECT * FROM runner.job_runs WHERE job_name = %s"
                                            " ORDER BY schedule_slot DESC, partition_key LIMIT 100", (busiest,))
                                for _ in range(repeat)])
+            conn.execute("SET TIME ZONE 'UTC'")
+            recipe_s = {n: median([timed(conn, q) for _ in range(repeat)]) for n, q in recipes()}
         status_cmd = median([command_time(url, "status", "--json") for _ in range(repeat)])
         runs_cmd = median([command_time(url, "runs", "--job", busiest, "--json") for _ in range(repeat)])
-        claim = claim_throughput(url, partitions)
+        claim = claim_throughput(url, partitions, churn_slots)
+        lag_p99 = live_lag(url, lag_jobs, lag_seconds)
         with psycopg.connect(url, autocommit=True) as conn:
+            hot = ["fanout"] + [f"lag-{i:04d}" for i in range(lag_jobs)]
+            churned = churn(conn, hot)
+            conn.execute("VACUUM runner.job_runs, runner.attempts")
+            vacuumed = churn(conn, hot)
             conn.execute("""UPDATE runner.jobs SET options = options || '{"retention": {"succeeded_seconds": 3600,"""
                          """ "failed_seconds": 3600}}'""")
             pruned = 0
@@ -168,7 +276,8 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, partitions
                                      "indexes": int(sizes["attempts"][1] * per_m)},
             "gap_scan_s": gap, "job_health_sql_s": health_sql, "alerts_sql_s": alerts_sql,
             "runs_job_sql_s": runs_sql, "status_cmd_s": status_cmd, "runs_job_cmd_s": runs_cmd,
-            "claim_runs_per_s": round(claim), "pruned": pruned, "prune_runs_per_s": round(pruned / prune_s),
+            "claim_runs_per_s": round(claim), "live_lag_p99_ms": round(lag_p99, 1),
+            "recipes_s": recipe_s, "churn": churned, "after_vacuum": vacuumed, "pruned": pruned, "prune_runs_per_s": round(pruned / prune_s),
         }
     finally:
         if not os.environ.get("BENCH_KEEP_DB"):
@@ -186,10 +295,17 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=5000, help="runs of the drained slot (claim throughput)")
     parser.add_argument("--prune-batch", type=int, default=5000)
     parser.add_argument("--prune-passes", type=int, default=10)
+    parser.add_argument("--lag-jobs", type=int, default=100, help="every-second jobs of the live-lag figure")
+    parser.add_argument("--lag-seconds", type=float, default=15)
+    parser.add_argument("--churn-slots", type=int, default=4,
+                        help="slots the claim runners go on draining after the measured one (churn)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = [measure(args.dsn, n, args.jobs, max(1, round(n / 1e6 * args.days_per_million)), args.repeat, args.partitions, args.prune_batch,
-                       args.prune_passes) for n in args.rows]
+    results = []
+    for n in args.rows:
+        results.append(measure(args.dsn, n, args.jobs, max(1, round(n / 1e6 * args.days_per_million)), args.repeat,
+                               args.partitions, args.prune_batch, args.prune_passes, args.lag_jobs, args.lag_seconds, args.churn_slots))
+        print(json.dumps(results[-1], default=str), file=sys.stderr, flush=True)  # each size as it is done
     if args.json:
         print(json.dumps({"environment": environment(args.dsn), "results": results}, indent=2, default=str))
         return

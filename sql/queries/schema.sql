@@ -27,6 +27,14 @@ FROM pg_indexes
 WHERE schemaname = 'runner'
 ORDER BY tablename, indexname
 
+-- name: storage
+-- tables with storage parameters (autovacuum settings of the hot tables, revision 0015_scale)
+SELECT c.relname, array_to_string(array(SELECT o FROM unnest(c.reloptions) o ORDER BY o), ', ')
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'runner' AND c.relkind = 'r' AND c.reloptions IS NOT NULL
+ORDER BY c.relname
+
 -- name: functions
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args,
        pg_get_function_result(p.oid) AS result, l.lanname, p.provolatile, p.proparallel,

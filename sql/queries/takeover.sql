@@ -14,24 +14,31 @@
 -- false and the hung attempt stays reported until its owner resumes or dies.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), hung AS (
-    SELECT DISTINCT l.pid AS holder, a.run_id, a.heartbeat_at
-    FROM runner.attempts a
-    JOIN runner.job_runs r ON r.id = a.run_id AND r.fence = a.fence AND r.status = 'running'
+), late AS MATERIALIZED (
+    -- attempts past their lease first (almost always none), then their holders in pg_locks:
+    -- never a scan of the lock table per running attempt
+    SELECT a.run_id, a.heartbeat_at, a.lock_key
+    FROM runner.job_runs r
+    JOIN runner.attempts a ON a.run_id = r.id AND a.fence = r.fence AND a.status = 'running'
     JOIN runner.jobs j ON j.job_name = r.job_name
     CROSS JOIN clock c
-    JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-         AND l.classid = ((a.lock_key >> 32) & 4294967295)::oid
-         AND l.objid = (a.lock_key & 4294967295)::oid
-    WHERE a.status = 'running'
+    WHERE r.status = 'running'
       AND r.job_name = ANY(%(job_names)s::text[])
       AND a.heartbeat_at < c.now - make_interval(
               secs => coalesce((j.options ->> 'lease_seconds')::float8, %(default_lease)s))
+), held AS MATERIALIZED (
+    SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint AS lock_key
+    FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND l.pid <> pg_backend_pid()
-      -- only a registered runner session is an owner; any other holder is a squatter
-      -- (end_squatters)
-      AND l.pid IN (SELECT runner.runner_sessions_v1())
+), hung AS (
+    SELECT DISTINCT l.pid AS holder, a.run_id, a.heartbeat_at
+    FROM late a
+    JOIN held l ON l.lock_key = a.lock_key
+    -- only a registered runner session is an owner; any other holder is a squatter
+    -- (end_squatters)
+    WHERE l.pid IN (SELECT runner.runner_sessions_v1())
 ), holders AS (
     SELECT holder, min(run_id) AS run_id, min(heartbeat_at) AS heartbeat_at
     FROM hung GROUP BY holder
@@ -70,19 +77,28 @@ LEFT JOIN pg_stat_activity a ON a.pid = s.pid
 -- counts against max_attempts like any other attempt: a run whose owner died that many
 -- times (a handler that kills its process) goes dead, and its lock must be released by the
 -- caller (outcome 'dead').
-WITH orphan AS MATERIALIZED (
+-- The held keys are read once per statement (MATERIALIZED), the running runs from their
+-- partial index, and the two meet in one hash anti-join: a NOT EXISTS over pg_locks per run
+-- rescans the whole lock table for every running run (2,000 runs in flight x 2,000 locks: a
+-- second per pass on the lock session, which then claims nothing). The snapshot of pg_locks
+-- is read after the statement's snapshot of job_runs, so a run seen running was locked by its
+-- owner before it is looked up here; runner.start_attempts_v1 takes each lock anyway.
+WITH held AS MATERIALIZED (
+    SELECT (l.classid::bigint << 32) | l.objid::bigint AS lock_key
+    FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+), running AS MATERIALIZED (
     SELECT r.id, r.fence, r.lane
     FROM runner.job_runs r
     WHERE r.status = 'running'
       AND r.job_name = ANY(%(job_names)s::text[])
       -- only the lanes this process serves (NULL: every lane; revision 0011_lanes)
       AND (%(lanes)s::text[] IS NULL OR r.lane = ANY(%(lanes)s::text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM pg_locks l
-          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-            AND l.classid = ((runner.lock_key_v1(%(namespace)s, r.id) >> 32) & 4294967295)::oid
-            AND l.objid = (runner.lock_key_v1(%(namespace)s, r.id) & 4294967295)::oid)
+), orphan AS MATERIALIZED (
+    SELECT r.id, r.fence, r.lane
+    FROM running r
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.lock_key = runner.lock_key_v1(%(namespace)s, r.id))
     ORDER BY r.id
     LIMIT %(limit)s
 )

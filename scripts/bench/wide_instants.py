@@ -1,0 +1,217 @@
+"""Wider instants: 10,000 slot x partition runs due at the same instant, on two `runner start`.
+
+    python scripts/bench/wide_instants.py [--shapes 1x10000 100x100] [--slots 3] [--every 10]
+        [--processes 2] [--workers 100] [--max-inflight 1000] [--repeat 3] [--baseline 1000] [--json]
+
+A shape JOBSxPARTITIONS is that many jobs, each ``every=`` --every seconds with that many
+static partitions, so JOBS x PARTITIONS runs fall due at every slot instant (1x10000: one job
+fanned out to 10,000 tenants; 100x100: a hundred such jobs of 100 each). No-op handlers. Per
+shape and round: a fresh scratch database, the runner processes started, one slot let pass
+(start-up, shares settling), then --slots slots measured from the ledger: per run, lag = the
+attempt's started_at (the claim statement's database clock) - the slot instant; p50 / p99 /
+max over every run of the measured slots, and per slot the time until all its runs had
+started. While the processes run, pg_stat_activity of the scratch database is sampled every
+0.1 s: the most backends seen at once, in all and by application_name, so "no more
+connections than today" is a figure, not a claim.
+
+--baseline N measures scripts/bench/runner_lag.py's figure (N jobs every second, the same
+processes and flags) in the same round, so the wide figures stand beside the 1,000-run one
+measured minutes apart on the same (shared, noisy) machine. Rounds interleave the shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import runner_lag  # noqa: E402
+from benchlib import (  # noqa: E402
+    DEFAULT_DSN,
+    drop_database,
+    environment,
+    install_cleanup,
+    percentile,
+    recreate_database,
+    scratch_dir,
+)
+
+from runner import migrate  # noqa: E402
+
+APP = '''
+from runner import Runner
+app = Runner()
+
+def noop(ctx):
+    pass
+
+for j in range({jobs}):
+    app.job(f"wide-{{j:03d}}", every="{every}s", partitions=[f"t{{i:05d}}" for i in range({partitions})],
+            grace="1h")(noop)
+'''
+
+LAGS = ("SELECT r.schedule_slot, extract(epoch FROM a.started_at - r.schedule_slot)::float8"
+        " FROM runner.job_runs r JOIN runner.attempts a ON a.run_id = r.id AND a.attempt = 1"
+        " WHERE r.schedule_slot = ANY(%s)")
+BACKENDS = ("SELECT coalesce(application_name, ''), count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1")
+
+
+def url_of(dsn: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    return (f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+            f"{info.get('port', 5432)}/{info['dbname']}")
+
+
+class Backends(threading.Thread):
+    """Samples pg_stat_activity of one database until stopped: the most backends at once."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.most = 0
+        self.most_by_app: Counter[str] = Counter()
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.halt.is_set():
+                by_app = dict(conn.execute(BACKENDS).fetchall())
+                self.most = max(self.most, sum(by_app.values()))
+                for app, n in by_app.items():
+                    self.most_by_app[app] = max(self.most_by_app[app], n)
+                self.halt.wait(0.1)
+
+
+def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, processes: int,
+            workers: int, inflight: int) -> dict[str, Any]:
+    name = f"bench_wide_{jobs}x{partitions}"
+    url = url_of(recreate_database(admin, name))
+    migrate.upgrade(url)
+    procs: list[subprocess.Popen[bytes]] = []
+    with scratch_dir("wide_") as tmp:
+        (tmp / "wide_app.py").write_text(APP.format(jobs=jobs, partitions=partitions, every=every))
+        sampler = Backends(url)
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                for i in range(processes):
+                    procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "runner", "start", "--app", f"{tmp / 'wide_app.py'}:app",
+                         "--workers", str(workers), "--max-inflight", str(inflight), "--log-level", "WARNING"],
+                        env={**os.environ, "RUNNER_DATABASE_URL": url}, cwd=ROOT,
+                        stderr=open(tmp / f"r{i}.log", "wb")))  # noqa: SIM115
+                deadline = time.monotonic() + 60
+                live = "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
+                while conn.execute(live).fetchone()[0] < processes:
+                    if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                        raise RuntimeError("the runners did not start:\n" + "\n".join(
+                            (tmp / f"r{i}.log").read_text()[-2000:] for i in range(processes)))
+                    time.sleep(0.1)
+                sampler.start()
+                # the first slot at least 2 s away is the warm-up; the next `slots` are measured
+                now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]
+                first = (int(now + 2) // every + 1) * every
+                wanted = [first + every * (k + 1) for k in range(slots)]
+                time.sleep(max(wanted[-1] + min(every - 1, 5) - time.time(), 0))
+                expected = jobs * partitions * slots
+                instants = conn.execute("SELECT array_agg(to_timestamp(s)) FROM unnest(%s::float8[]) s",
+                                        (wanted,)).fetchone()[0]
+                rows = conn.execute(LAGS, (instants,)).fetchall()
+                dup = conn.execute("SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r"
+                                   " ON r.id = a.run_id WHERE r.schedule_slot = ANY(%s) AND a.attempt > 1",
+                                   (instants,)).fetchone()[0]
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                p.wait(60)
+            sampler.halt.set()
+            if sampler.is_alive():
+                sampler.join(5)
+            drop_database(admin, name)
+    lags = [lag for _, lag in rows]
+    per_slot: dict[Any, float] = {}
+    for slot, lag in rows:
+        per_slot[slot] = max(per_slot.get(slot, 0.0), lag)
+    return {
+        "shape": f"{jobs}x{partitions}", "expected_runs": expected, "runs": len(lags), "extra_attempts": dup,
+        "p50_ms": percentile(lags, 50) * 1000, "p99_ms": percentile(lags, 99) * 1000,
+        "max_ms": max(lags, default=float("nan")) * 1000,
+        "within_1s": sum(1 for lag in lags if lag <= 1.0),
+        "slot_all_started_ms": [round(v * 1000, 1) for v in per_slot.values()],
+        "backends_most": sampler.most, "backends_by_app": dict(sampler.most_by_app),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN (scratch databases are made on its server)")
+    parser.add_argument("--shapes", nargs="+", default=["1x10000", "100x100"], help="JOBSxPARTITIONS")
+    parser.add_argument("--slots", type=int, default=3, help="slots measured per round (after one warm-up slot)")
+    parser.add_argument("--every", type=int, default=10, help="the jobs' period, seconds")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=100)
+    parser.add_argument("--max-inflight", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", type=int, default=1000,
+                        help="runner_lag.py's N jobs every second, in the same rounds (0: none)")
+    parser.add_argument("--baseline-seconds", type=float, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    install_cleanup()
+    env = environment(args.dsn)
+    shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
+    samples: dict[str, list[dict[str, Any]]] = {f"{j}x{p}": [] for j, p in shapes}
+    base: list[dict[str, Any]] = []
+    for i in range(args.repeat):
+        if args.baseline:
+            base.append(runner_lag.measure(args.dsn, args.baseline, args.baseline_seconds, args.processes,
+                                           args.workers, args.max_inflight))
+            print(f"round {i + 1}, {args.baseline} jobs every second: p99 {base[-1]['p99_ms']:.1f} ms",
+                  file=sys.stderr)
+        for j, p in shapes:
+            r = measure(args.dsn, j, p, args.every, args.slots, args.processes, args.workers, args.max_inflight)
+            samples[r["shape"]].append(r)
+            print(f"round {i + 1}, {r['shape']}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, max "
+                  f"{r['max_ms']:.0f} ms, {r['runs']}/{r['expected_runs']} runs, slots all started "
+                  f"{r['slot_all_started_ms']} ms, backends {r['backends_most']} {r['backends_by_app']}",
+                  file=sys.stderr)
+    if args.json:
+        print(json.dumps({"environment": env, "baseline": base, "shapes": samples}, indent=2, default=str))
+        return
+    print(f"medians of {args.repeat} rounds; {args.processes} processes, --workers {args.workers}"
+          f" --max-inflight {args.max_inflight}; load {env['loadavg_1m_at_start']} at start")
+    print(f"{'shape':>10} {'runs/expected':>16} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'backends':>9}"
+          "   p99 samples")
+    if base:
+        m = statistics.median(r["p99_ms"] for r in base)
+        print(f"{str(args.baseline) + 'x1/s':>10} {sum(r['runs'] for r in base):>7}/"
+              f"{sum(r['expected_runs'] for r in base):<8} {statistics.median(r['p50_ms'] for r in base):>8.1f}"
+              f" {m:>8.1f} {statistics.median(r['max_ms'] for r in base):>8.1f} {'':>9}   "
+              + ", ".join(f"{r['p99_ms']:.1f}" for r in base))
+    for shape, runs in samples.items():
+        print(f"{shape:>10} {sum(r['runs'] for r in runs):>7}/{sum(r['expected_runs'] for r in runs):<8}"
+              f" {statistics.median(r['p50_ms'] for r in runs):>8.1f} {statistics.median(r['p99_ms'] for r in runs):>8.1f}"
+              f" {statistics.median(r['max_ms'] for r in runs):>8.1f} {max(r['backends_most'] for r in runs):>9}   "
+              + ", ".join(f"{r['p99_ms']:.1f}" for r in runs)
+              + f"; extra attempts (must be 0): {sum(r['extra_attempts'] for r in runs)}")
+
+
+if __name__ == "__main__":
+    main()
