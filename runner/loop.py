@@ -535,7 +535,14 @@ class Worker:
         (--max-inflight, by default 2 x its slots), as the loop always did."""
         if lane == lanes.REALTIME:
             return self.config.max_inflight or 2 * self._slots(lane)
-        return self._slots(lane)
+        cap = self._slots(lane)
+        if self._async is not None and lane not in dict(self.config.lane_slots):
+            # an async handler holds no handler thread of its lane, and every lane's async
+            # handlers share the one event loop: without --lane-slots for the lane, its runs
+            # are bounded by --async-workers, as before lanes (a catch-up of 300 async
+            # partitions runs at once, not one by one)
+            cap = max(cap, self.config.async_workers or self.config.workers)
+        return cap
 
     def _lane_resources(self, lane: str) -> tuple[HandlerPool, ConnectionPool[Any]]:
         """A lane's handler threads and ctx.db pool, made on first use (a run of a lane added

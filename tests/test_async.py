@@ -254,7 +254,9 @@ def test_hundreds_of_async_handlers_run_at_once_on_a_few_threads_and_connections
         eventually(lambda: state["peak"] == n, timeout=30, message="all of them running at once")
         peak_connections = scalar(db_url, connections)
         eventually(lambda: count(db_url, "status = 'succeeded'") == n, timeout=30, message="all done")
-    assert state["threads"] - threads_before < 20, state  # not one per handler
+    # not one per handler (300): a fixed set per served lane (handler threads and its ctx.db
+    # pool's workers, runner/lanes.py) plus the loop's own
+    assert state["threads"] - threads_before < 40, state
     assert peak_connections < 10, peak_connections  # not one per handler
     assert_ledger_clean(db_url)
 
