@@ -81,7 +81,7 @@ def test_fleet_concurrency_and_per_process_slots_hold_across_two_processes(db_ur
     set_lane(db_url, "bulk", "--concurrency", "3")
     plan_id = backfill(db_url, 12, "--concurrency", "10")
     procs = [RunnerProcess(APP, db_url, "--lanes", "bulk,correction", "--lane-slots", "bulk=2",
-                           "--poll-interval", "0.05", env={"LANE_WORK": "0.25"}, log=tmp_path / f"{i}.log")
+                           "--poll-interval", "0.05", env={"LANE_WORK": "1.0"}, log=tmp_path / f"{i}.log")
              for i in range(2)]
     try:
         eventually(lambda: completed(db_url, plan_id), timeout=60)
