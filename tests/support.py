@@ -3,10 +3,14 @@ runs made in any state, and real ``runner start`` subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,12 +59,68 @@ def runner_cmd(*args: str) -> list[str]:
 
 
 def run_cli(*args: str, url: str | None = None, env: dict[str, str] | None = None,
-            cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+            cwd: Path | None = None, timeout: float = 60, stdin: str | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    """One ``runner ...`` command in a process of its own (forked from tests/clizygote.py,
+    which has the CLI imported already, or a plain subprocess where a fork could differ)."""
     full_env = {**os.environ, **(env or {})}
     if url is not None:
         full_env["RUNNER_DATABASE_URL"] = url
+    where = str(cwd or ROOT)
+    if _forkable(args, full_env):
+        return _zygote_run(list(args), full_env, where, timeout, stdin)
     return subprocess.run(runner_cmd(*args), capture_output=True, text=True, env=full_env,
-                          cwd=cwd or ROOT, timeout=timeout)
+                          cwd=where, timeout=timeout, input=stdin)
+
+
+def _forkable(args: tuple[str, ...], env: dict[str, str]) -> bool:
+    if env.get("RUNNER_TEST_NO_ZYGOTE") == "1" or (args and args[0] in ("start", "web")):
+        return False
+    differs = {k for k in set(env) ^ set(os.environ) | {k for k in env if os.environ.get(k) != env[k]}
+               if k.startswith(("PYTHON", "RUNNER_CRASH"))}
+    return not differs
+
+
+_ZYGOTE: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def _zygote_path() -> str:
+    with _ZYGOTE_LOCK:
+        mine = _ZYGOTE.get(os.getpid())
+        if mine is not None and mine[0].poll() is None:
+            return mine[1]
+        path = tempfile.mkdtemp(prefix="runner-cli-") + "/sock"
+        proc = subprocess.Popen([sys.executable, "-m", "tests.clizygote", path], cwd=ROOT,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", "the CLI zygote did not start"
+        _ZYGOTE[os.getpid()] = (proc, path)
+        return path
+
+
+def _zygote_run(args: list[str], env: dict[str, str], cwd: str, timeout: float,
+                stdin: str | None) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="runner-cli-call-") as tmp:
+        files = {name: os.path.join(tmp, name) for name in ("stdin", "stdout", "stderr")}
+        for path in files.values():
+            Path(path).write_text("")
+        if stdin is not None:
+            Path(files["stdin"]).write_text(stdin)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(_zygote_path())
+            conn.settimeout(timeout)
+            conn.sendall((json.dumps({"args": args, "env": env, "cwd": cwd, **files}) + "\n").encode())
+            answers = conn.makefile("r")
+            pid = json.loads(answers.readline())["pid"]
+            try:
+                line = answers.readline()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(runner_cmd(*args), timeout) from None
+        code = json.loads(line)["code"] if line else -signal.SIGKILL  # killed: no code sent
+        return subprocess.CompletedProcess(runner_cmd(*args), code, Path(files["stdout"]).read_text(),
+                                           Path(files["stderr"]).read_text())
 
 
 class RunnerProcess:

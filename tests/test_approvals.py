@@ -4,7 +4,6 @@ them skipped with the reason; each writes one runner.requests row listing what i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +13,7 @@ import psycopg
 import pytest
 
 from runner import approvals, operate
-from tests.support import RunnerProcess, eventually, rows, runner_cmd, scalar
+from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
 
 APP = "tests/apps/backfill.py:app"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,10 +21,8 @@ HOUR = timedelta(hours=1)
 
 
 def cli(*args: str, url: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """The CLI with stdin a pipe (never the developer's terminal)."""
-    return subprocess.run(runner_cmd(*args), capture_output=True, text=True, input=stdin, timeout=60,
-                          env={**os.environ, "RUNNER_DATABASE_URL": url},
-                          cwd=Path(__file__).resolve().parent.parent)
+    """The CLI with stdin given (never the developer's terminal)."""
+    return run_cli(*args, url=url, stdin=stdin)
 
 
 @pytest.fixture

@@ -92,10 +92,8 @@ def one_line_error(out: subprocess.CompletedProcess[str]) -> str:
 
 
 def cli(*args: str, url: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """The CLI with stdin a pipe (never the developer's terminal)."""
-    return subprocess.run(runner_cmd(*args), capture_output=True, text=True, input=stdin, timeout=60,
-                          env={**os.environ, "RUNNER_DATABASE_URL": url},
-                          cwd=Path(__file__).resolve().parent.parent)
+    """The CLI with stdin given (never the developer's terminal)."""
+    return run_cli(*args, url=url, stdin=stdin)
 
 
 def requests(url: str) -> list[dict[str, Any]]:
