@@ -56,8 +56,10 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
     """The Jobs page: one row per job of runner.job_health (``runner status``), with its
     count of runner.alerts and health rank; the unhealthy first unless sorted otherwise.
     The alerts themselves are the Alerts page's (newest first, bounded): this page counts
-    them per job in the database, so its answer is one row per job whatever their number."""
-    report = operate.status(conn, app, with_alerts=False)
+    them per job in the database, so its answer is one row per job whatever their number.
+    Three statements: the clock, runner.job_health_v1 (health and missing counts from one pass
+    of the gap scan) and the alert counts."""
+    report = operate.status(conn, app, with_alerts=False, with_backfills=False)
     per_job = {r["job_name"]: r["alerts"] for r in ledger.dict_rows(conn, Q["alert_counts"], {})}
     rows = []
     for job in report.jobs:

@@ -1,0 +1,32 @@
+"""The Jobs page in one pass of the gap scan (runner.job_health_v1, the view's new body, with
+each job's missing count), and runner.instances pruned by the retention duty
+(runner.prune_instances_v1) with what job_not_in_code needs kept in runner.jobs.in_code_at.
+
+Revision ID: 0016_health
+Revises: 0015_scale
+Create Date: 2026-12-02
+"""
+
+from alembic import op
+
+from runner.sqlfiles import apply_files
+
+revision = "0016_health"
+down_revision = "0015_scale"
+branch_labels = None
+depends_on = None
+
+UPGRADE = ["revisions/0016_health.sql", "views/job_health.sql", "functions/prune_instances_v1.sql",
+           "views/alerts.sql"]
+# runner.alerts as 0012_tiers shipped it, then the column and functions go, then
+# runner.job_health as 0010_web shipped it (frozen copies)
+DOWNGRADE = ["revisions/0012_tiers.alerts.sql", "revisions/0016_health.down.sql",
+             "revisions/0010_web.job_health.sql"]
+
+
+def upgrade() -> None:
+    apply_files(op.execute, UPGRADE)
+
+
+def downgrade() -> None:
+    apply_files(op.execute, DOWNGRADE)
