@@ -3,8 +3,10 @@
 -- runner.job_health's body becomes runner.job_health_v1(only_job) (sql/views/job_health.sql,
 -- applied after this file): it runs the gap scan once for every job (or the one job) where the
 -- view ran it once per job, and adds the column `missing` (the job's rows in the gap scan, from
--- the same pass). Every other column and its meaning stay; runner.missing_slots_v1 is
--- unchanged, so runners of 0015 read the same view and call the same scan.
+-- the same pass). Every other column and its meaning stay. runner.missing_slots_v1 keeps its
+-- signature and its rows (sql/views/missing_slots.sql, also applied after this file: a job's
+-- holes read by its key, retired spans looked up only for a job ever retired), so runners of
+-- 0015 read the same views and call the same scan.
 --
 -- runner.instances is pruned by the retention duty (runner.prune_instances_v1,
 -- sql/functions/prune_instances_v1.sql): rows whose heartbeat is older than

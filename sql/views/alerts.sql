@@ -143,6 +143,15 @@ CROSS JOIN LATERAL (
     ) d
     WHERE d.n >= 20
 ) p
+CROSS JOIN LATERAL (
+    -- the longest success of the last 24 hours, from the index alone (job_runs_succeeded
+    -- covers started_at): only a job with one over the threshold reads those runs' rows
+    -- (revision 0016_health; before, every job fetched every success of its last day)
+    SELECT max(s.finished_at - s.started_at) AS longest
+    FROM runner.job_runs s
+    WHERE s.job_name = job.job_name AND s.status = 'succeeded'
+      AND s.finished_at >= now() - interval '24 hours'
+) day
 JOIN LATERAL (
     SELECT r.id, r.schedule_slot, r.partition_key, r.status, r.started_at,
            now() - r.started_at AS duration
@@ -154,6 +163,7 @@ JOIN LATERAL (
     FROM runner.job_runs r
     WHERE r.job_name = job.job_name AND r.status = 'succeeded'
       AND r.finished_at >= now() - interval '24 hours'
+      AND day.longest > p.threshold
 ) c ON c.duration > p.threshold
 
 UNION ALL
