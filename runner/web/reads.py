@@ -237,9 +237,10 @@ def verification(detail: Any) -> dict[str, Any] | None:
         for c in checks:
             if isinstance(c, dict):
                 outcome = _cell(c.get("outcome"))
-                rows.append({"kind": "check", "name": _cell(c.get("partition")), "passed": outcome == "passed",
-                             "outcome": outcome, "partitions": None, "not_passing": [], "expected": None,
-                             "observed": None, "detail": _cell(c.get("detail"))})
+                rows.append({"kind": "check", "name": _cell(c.get("partition")),
+                             "passed": outcome == "passed", "outcome": outcome, "partitions": None,
+                             "not_passing": [], "expected": None, "observed": None,
+                             "detail": _cell(c.get("detail"))})
     else:
         return None
     summary = {key: detail.get(key) if isinstance(detail.get(key), int) else None

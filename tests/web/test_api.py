@@ -20,8 +20,8 @@ from runner.web import auth
 from runner.web.app import WebConfig, create_app, prepare
 from tests.support import scalar
 from tests.web.conftest import (
-    HOSTILE_JOB,
     HOSTILE_ERROR,
+    HOSTILE_JOB,
     HOSTILE_OWNER,
     HOSTILE_PART,
     HOSTILE_REASON,
