@@ -115,35 +115,33 @@ class StatusReport:
 
 
 def status(conn: psycopg.Connection[Any], app: Runner | None = None,
-           job_name: str | None = None, with_alerts: bool = True) -> StatusReport:
+           job_name: str | None = None, with_alerts: bool = True,
+           with_backfills: bool = True) -> StatusReport:
     """Per-job health and the alerts. ``missing`` is the job's count in runner.missing_slots
-    (None where that view does not exist); ``next_slot`` comes from the job's definition in
-    ``app`` (None without it, or for a job the app does not define). ``with_alerts=False``
-    leaves the alerts out (the console's Jobs page counts them per job instead)."""
+    (from the same statement as its health: runner.job_health_v1 runs the gap scan once);
+    ``next_slot`` comes from the job's definition in ``app`` (None without it, or for a job
+    the app does not define). ``with_alerts=False``
+    leaves the alerts out (the console's Jobs page counts them per job instead),
+    ``with_backfills=False`` the backfill plans. The schema is this runner's head (callers
+    check it), so every relation read here exists."""
     now = ledger.db_now(conn)
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(Q["job_health"], {"job_name": job_name})
         columns = [c.name for c in cur.description or ()]
         jobs = cur.fetchall()
-    missing: dict[str, int] | None = None
-    if column_exists(conn, "runner.missing_slots", "job_name"):
-        missing = {r["job_name"]: r["missing"]
-                   for r in ledger.dict_rows(conn, Q["missing_counts"], {"job_name": job_name})}
     defs: dict[str, JobDef] = app.jobs if app is not None else {}
     synced = {row["job_name"] for row in jobs}
     for name, job in defs.items():  # defined in the app, never synced by a runner yet
         if name not in synced and job_name in (None, name):
             jobs.append({**dict.fromkeys(columns), "job_name": name, "owner": job.owner,
-                         "paused": job.paused})
+                         "paused": job.paused, "missing": 0})
     for row in jobs:
-        row["missing"] = None if missing is None else missing.get(row["job_name"], 0)
         definition = defs.get(row["job_name"])
         row["next_slot"] = definition.schedule.next_after(now) if definition is not None else None
     jobs.sort(key=lambda r: r["job_name"])
     alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name}) if with_alerts else []
-    plans: list[dict[str, Any]] = []
-    if column_exists(conn, "runner.backfill_plans", "verify_kinds"):
-        plans = ledger.dict_rows(conn, Q["backfill_plans"], {"job_name": job_name})
+    plans = (ledger.dict_rows(conn, Q["backfill_plans"], {"job_name": job_name})
+             if with_backfills else [])
     return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans)
 
 

@@ -8,6 +8,13 @@ Attempts and effects go with their run; ``runner.requests`` is never pruned. The
 as the schema owner, so neither the worker nor the operator role holds DELETE on the ledger,
 and the caller chooses nothing but the batch size.
 
+The duty also deletes ``runner.instances`` rows (one per ``runner start``) whose last heartbeat
+is older than ``runner.instance_retention`` (7 days unless set; never a row that may be live),
+by ``runner.prune_instances_v1`` (sql/functions/prune_instances_v1.sql), in the same
+transaction and under the same lock. Before deleting, it records in ``runner.jobs.in_code_at``
+when each job was last in the code of those runners, so the ``job_not_in_code`` alert answers
+the same with the rows gone, and its cost follows the instances kept, not every start ever.
+
 The duty runs in a thread of its own with a connection of its own, like the gap scan
 (runner/gapscan.py), off the loop's hot path: every ``interval`` seconds one pass of at most
 ``batch`` runs, in one short transaction. One runner at a time across the fleet does it: the
@@ -43,20 +50,26 @@ MAX_BATCH = 10_000  # runner.prune_v1 caps a pass at this many runs
 
 
 def run_once(conn: psycopg.Connection[Any], batch: int, namespace: int,
-             now: datetime | None = None) -> int:
-    """One pass of the duty (its own transaction); returns how many runs went."""
+             now: datetime | None = None) -> tuple[int, int]:
+    """One pass of the duty (its own transaction): runs by the policy, then instance rows
+    that stopped heartbeating long ago (``runner.prune_instances_v1``, under the same lock);
+    returns how many of each went."""
     with conn.transaction():
         row = conn.execute(Q["prune_count"], {"batch": batch, "now": now,
                                               "namespace": namespace}).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+        instances = conn.execute(Q["prune_instances"], {"namespace": namespace}).fetchone()
+    return (int(row[0]) if row and row[0] is not None else 0,
+            int(instances[0]) if instances and instances[0] is not None else 0)
 
 
 def pass_of(namespace: int, batch: int) -> Callable[[psycopg.Connection[Any]], None]:
     """The duty's pass beside the loop (``duties.on_own_connection``): ``run_once``, logged."""
     def one_pass(conn: psycopg.Connection[Any]) -> None:
-        gone = run_once(conn, batch, namespace)
-        if gone:
-            log.info("retention: pruned %d run(s)", gone)
+        runs, instances = run_once(conn, batch, namespace)
+        if runs:
+            log.info("retention: pruned %d run(s)", runs)
+        if instances:
+            log.info("retention: pruned %d instance row(s) that stopped heartbeating long ago", instances)
     return one_pass
 
 

@@ -31,7 +31,9 @@
 --                    runner.requests with the worker's login; INSERT on
 --                    runner.misfire_decisions records the tier) and runner.advance_watermarks_v1 (the gap
 --                    scan's watermarks: no direct write to gap_watermarks or gap_holes) and
---                    runner.prune_v1 (retention by the stored policy, a batch at a time). No
+--                    runner.prune_v1 (retention by the stored policy, a batch at a time) and
+--                    runner.prune_instances_v1 (instance rows that stopped heartbeating long
+--                    ago, revision 0016; the retention duty, not `runner prune`). No
 --                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
 --                    or runner.alembic_version, no UPDATE of a run's status, fence or attempt.
 --   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
@@ -148,7 +150,7 @@ BEGIN
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
-                            'lane_spend_v1', 'set_lane_v1')
+                            'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1')
         ORDER BY 1
     LOOP
         -- prune_v1 (retention, revision 0009) to both: the runners' background duty and
@@ -161,7 +163,7 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
-                                               'advance_watermarks_v1',
+                                               'advance_watermarks_v1', 'prune_instances_v1',
                                                'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);
     END LOOP;

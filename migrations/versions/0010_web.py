@@ -14,7 +14,7 @@ down_revision = "0009_retention"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["revisions/0010_web.sql", "views/job_health.sql"]
+UPGRADE = ["revisions/0010_web.sql", "revisions/0010_web.job_health.sql"]  # a frozen copy
 # the view as 0009_retention shipped it (no oldest_missing_slot column: dropped, then created)
 DOWNGRADE = ["revisions/0010_web.down.sql", "revisions/0009_retention.job_health.sql"]
 

@@ -10,6 +10,7 @@ Each is bounded (a LIMIT, a window of slots on an indexed column).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,8 +56,10 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
     """The Jobs page: one row per job of runner.job_health (``runner status``), with its
     count of runner.alerts and health rank; the unhealthy first unless sorted otherwise.
     The alerts themselves are the Alerts page's (newest first, bounded): this page counts
-    them per job in the database, so its answer is one row per job whatever their number."""
-    report = operate.status(conn, app, with_alerts=False)
+    them per job in the database, so its answer is one row per job whatever their number.
+    Three statements: the clock, runner.job_health_v1 (health and missing counts from one pass
+    of the gap scan) and the alert counts."""
+    report = operate.status(conn, app, with_alerts=False, with_backfills=False)
     per_job = {r["job_name"]: r["alerts"] for r in ledger.dict_rows(conn, Q["alert_counts"], {})}
     rows = []
     for job in report.jobs:
@@ -194,8 +197,61 @@ def _rate(plan: dict[str, Any], done: int, now: datetime) -> float | None:
     return done / seconds if seconds > 0 else None
 
 
+VERIFY_CELL = 300  # characters of a value or detail a verification table cell shows
+
+
+def _cell(value: Any) -> str | None:
+    """A verification value as one line of text (JSON for what is not a string), cut to
+    VERIFY_CELL characters. The page escapes it like any other text."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= VERIFY_CELL else text[:VERIFY_CELL - 1] + "…"
+
+
+def verification(detail: Any) -> dict[str, Any] | None:
+    """A plan's ``verify_detail`` as the pages show it: a table, one row per verification kind
+    (count, checksum, sample_keys, residual: runner/verification.py) with its name, whether it
+    passed, its outcome, the partitions not passing, expected, observed and detail; for a job
+    whose ``verify`` is a callable, one row per partition checked. None when nothing is
+    recorded. Each field is read defensively (the detail is JSON of whichever runner recorded
+    it) and every value becomes text, so the template renders it escaped, never as markup."""
+    if not isinstance(detail, dict):
+        return None
+    kinds, checks = detail.get("kinds"), detail.get("checks")
+    rows: list[dict[str, Any]] = []
+    if isinstance(kinds, list):
+        by = "kind"
+        for k in kinds:
+            if isinstance(k, dict):
+                rows.append({
+                    "kind": _cell(k.get("kind")), "name": _cell(k.get("name")),
+                    "passed": k.get("passed") is True, "outcome": _cell(k.get("outcome")),
+                    "partitions": k.get("partitions") if isinstance(k.get("partitions"), int) else None,
+                    "not_passing": [_cell(p) for p in k.get("partitions_not_passing") or []
+                                    if p is not None][:10],
+                    "expected": _cell(k.get("expected")), "observed": _cell(k.get("observed")),
+                    "detail": _cell(k.get("detail"))})
+    elif isinstance(checks, list):
+        by = "partition"
+        for c in checks:
+            if isinstance(c, dict):
+                outcome = _cell(c.get("outcome"))
+                rows.append({"kind": "check", "name": _cell(c.get("partition")),
+                             "passed": outcome == "passed", "outcome": outcome, "partitions": None,
+                             "not_passing": [], "expected": None, "observed": None,
+                             "detail": _cell(c.get("detail"))})
+    else:
+        return None
+    summary = {key: detail.get(key) if isinstance(detail.get(key), int) else None
+               for key in ("min_passing", "passing", "checks_total")}
+    return {"by": by, "rows": rows, **summary,
+            "window_start": _cell(detail.get("window_start")), "window_end": _cell(detail.get("window_end"))}
+
+
 def backfills(conn: psycopg.Connection[Any], job_name: str | None = None, limit: int = 100) -> dict[str, Any]:
-    """The Backfills page: the plans (``runner backfill list``) with progress and rate."""
+    """The Backfills page: the plans (``runner backfill list``) with progress, rate and each
+    verification kind's outcome."""
     now = ledger.db_now(conn)
     plans = backfill.list_plans(conn, job_name, None, limit)
     for p in plans:
@@ -203,6 +259,7 @@ def backfills(conn: psycopg.Connection[Any], job_name: str | None = None, limit:
         p["done"] = finished
         p["percent"] = round(100.0 * finished / p["expected_runs"]) if p["expected_runs"] else 100
         p["done_per_second"] = _rate(p, finished, now)
+        p["verification"] = verification({"kinds": p["verify_kinds"]}) if p.get("verify_kinds") else None
     return {"now": now, "backfills": plans}
 
 
@@ -216,6 +273,7 @@ def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
     data = progress.as_dict()
     data["percent"] = round(100.0 * progress.done / progress.total) if progress.total else 100
     data["done_per_second"] = _rate(progress.plan, progress.done, now)
+    data["verification"] = verification(data.get("verify_detail"))
     return data
 
 

@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -197,7 +198,14 @@ def main() -> None:
         }
         results = []
         for name, path in pages.items():
-            get(base + path)  # warm-up: pools, plans, caches
+            try:
+                get(base + path)  # warm-up: pools, plans, caches
+            except urllib.error.HTTPError as exc:  # e.g. a statement over the console's timeout
+                row = {"page": name, "path": path, "runs": total, "jobs": args.jobs + 1,
+                       "median_ms": f"HTTP {exc.code}", "max_ms": "-"}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+                continue
             times = [get(base + path) for _ in range(args.repeat)]
             row = {"page": name, "path": path, "runs": total, "jobs": args.jobs + 1,
                    "median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1)}

@@ -195,7 +195,8 @@ RETURNING id, verify_status, verify_detail, verified_at
 SELECT b.id, b.job_name, b.status, b.range_from, b.range_to, b.partitions, b.lane,
        b.concurrency, b.rate, b.max_failures, b.expected_runs, p.succeeded, p.running,
        p.queued, p.failures, p.other, b.pause_reason, b.verify_status, b.requested_by,
-       b.reason, b.created_at, b.finished_at, b.replay_group_id
+       b.reason, b.created_at, b.finished_at, b.replay_group_id,
+       b.verify_detail -> 'kinds' AS verify_kinds  -- each verification kind's outcome
 FROM runner.backfills b
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE r.status = 'succeeded') AS succeeded,

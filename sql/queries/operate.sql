@@ -3,12 +3,14 @@
 -- 0007_security), which writes the change and its runner.requests row together.
 
 -- name: job_health
+-- runner.job_health for every job, or one (runner.job_health_v1: the view's body, one job read
+-- by its key), with each job's count of gap-scan rows from the same pass of the scan
+-- (revision 0016_health: before, a second statement ran the scan again to count them).
 SELECT h.job_name, h.owner, h.paused, h.last_success_at, h.last_success_slot,
        h.last_success_business_date, h.last_success_run_id, h.last_slot, h.last_slot_statuses,
        h.last_processed, h.last_failed, h.succeeded_24h, h.failed_24h, h.dead_24h,
-       h.oldest_unfinished_slot, h.lag, h.retired_at
-FROM runner.job_health h
-WHERE (%(job_name)s::text IS NULL OR h.job_name = %(job_name)s)
+       h.oldest_unfinished_slot, h.lag, h.retired_at, h.missing
+FROM runner.job_health_v1(%(job_name)s::text) h
 ORDER BY h.job_name
 
 -- name: alerts
@@ -37,13 +39,6 @@ SELECT EXISTS (
     WHERE a.attrelid = to_regclass(%(relation)s) AND a.attname = %(column)s
       AND a.attnum > 0 AND NOT a.attisdropped
 ) AS present
-
--- name: missing_counts
--- runner.missing_slots is runner.missing_slots_v1(now()); given the job, the scan expands only
--- that job's slots (the view, filtered, would scan every job's).
-SELECT m.job_name, count(*) AS missing
-FROM runner.missing_slots_v1(now(), %(job_name)s::text) m
-GROUP BY m.job_name
 
 -- name: find_run
 SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status,

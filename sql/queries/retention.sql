@@ -5,6 +5,11 @@
 -- One pass of the background duty: how many runs went.
 SELECT count(*) FROM runner.prune_v1(%(batch)s, %(now)s::timestamptz, false, %(namespace)s)
 
+-- name: prune_instances
+-- The same pass, then: instance rows that stopped heartbeating long ago (revision 0016_health;
+-- runner.prune_instances_v1 decides which, and keeps what job_not_in_code needs of them).
+SELECT runner.prune_instances_v1(%(namespace)s)
+
 -- name: prune
 -- One pass of `runner prune` (or a look, with dry_run): every pruned run with its attempts and
 -- effects, for the archive and the report.

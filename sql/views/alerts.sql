@@ -41,7 +41,10 @@
 --              (an interval, 24 hours unless set, e.g. ALTER DATABASE app SET
 --              runner.job_not_in_code_after = '6 hours'). Only while some runner is live (a
 --              fleet that is down is not evidence). It is never retired silently: an
---              operator retires it (runner retire) or puts it back in the code
+--              operator retires it (runner retire) or puts it back in the code. Last defined:
+--              the newest of the job's last sync, runner.jobs.in_code_at (what the instance
+--              rows retention deleted knew: runner.prune_instances_v1, revision 0016) and the
+--              newest heartbeat of a remaining instance with the job in its code
 --   misfire_tier      a misfire tier that alerts the owner (runner/tiers.py: backfill and
 --              approve by default; also a range held because the job's side effects were
 --              not checked) decided missed slots whose work is still open: the plan it
@@ -68,6 +71,7 @@ WITH job AS (
            j.first_registered_at,
            j.retired_at,
            j.synced_at,
+           j.in_code_at,
            CASE WHEN (j.options ->> 'stale_after_seconds') ~ '^[0-9]+([.][0-9]+)?$'
                 THEN make_interval(secs => (j.options ->> 'stale_after_seconds')::float8)
            END AS stale_after,
@@ -139,6 +143,15 @@ CROSS JOIN LATERAL (
     ) d
     WHERE d.n >= 20
 ) p
+CROSS JOIN LATERAL (
+    -- the longest success of the last 24 hours, from the index alone (job_runs_succeeded
+    -- covers started_at): only a job with one over the threshold reads those runs' rows
+    -- (revision 0016_health; before, every job fetched every success of its last day)
+    SELECT max(s.finished_at - s.started_at) AS longest
+    FROM runner.job_runs s
+    WHERE s.job_name = job.job_name AND s.status = 'succeeded'
+      AND s.finished_at >= now() - interval '24 hours'
+) day
 JOIN LATERAL (
     SELECT r.id, r.schedule_slot, r.partition_key, r.status, r.started_at,
            now() - r.started_at AS duration
@@ -150,6 +163,7 @@ JOIN LATERAL (
     FROM runner.job_runs r
     WHERE r.job_name = job.job_name AND r.status = 'succeeded'
       AND r.finished_at >= now() - interval '24 hours'
+      AND day.longest > p.threshold
 ) c ON c.duration > p.threshold
 
 UNION ALL
@@ -309,7 +323,9 @@ UNION ALL
 -- job_not_in_code: defined by no live runner for longer than runner.job_not_in_code_after
 -- (revision 0009). Live: not stopped, heartbeat within the last 15 s (3 instance heartbeats,
 -- as the shares count them). Last defined: the newest heartbeat of any runner, live or not,
--- whose code had the job, else the job's last sync.
+-- whose code had the job (the instance rows kept, one pass over them for every job, and
+-- runner.jobs.in_code_at for those retention deleted: revision 0016_health), else the job's
+-- last sync.
 SELECT 'job_not_in_code',
        job.job_name,
        job.owner,
@@ -323,11 +339,12 @@ CROSS JOIN LATERAL (
     SELECT coalesce(nullif(current_setting('runner.job_not_in_code_after', true), '')::interval,
                     interval '24 hours') AS after
 ) limits
-CROSS JOIN LATERAL (
-    SELECT greatest(job.synced_at,
-                    (SELECT max(i.heartbeat_at) FROM runner.instances i
-                     WHERE i.jobs @> ARRAY[job.job_name])) AS at
-) seen
+LEFT JOIN (
+    SELECT x.job_name, max(i.heartbeat_at) AS at
+    FROM runner.instances i CROSS JOIN LATERAL unnest(i.jobs) AS x(job_name)
+    GROUP BY x.job_name
+) defined ON defined.job_name = job.job_name
+CROSS JOIN LATERAL (SELECT greatest(job.synced_at, job.in_code_at, defined.at) AS at) seen
 WHERE job.retired_at IS NULL
   AND seen.at + limits.after < now()
   AND EXISTS (SELECT 1 FROM runner.instances i

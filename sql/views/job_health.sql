@@ -14,18 +14,52 @@
 --   oldest_missing_slot     the oldest expected slot that never started (no run at all, or
 --                           its fan-out failed: states never_started and fanout_failed of
 --                           the gap scan): below the scan's watermark, the oldest hole it
---                           recorded (runner.gap_holes) that still has no run; above it,
---                           runner.missing_slots_v1 narrowed to the slots since the watermark
+--                           recorded (runner.gap_holes) that still has no run; above it, the
+--                           oldest slot expanded since the watermark with no run
 --   lag                     now minus the older of those two slots (0 when there is neither):
 --                           how far behind the job is. Slots that never started count (since
 --                           revision 0010_web): a job whose runners were all down for an hour
 --                           is an hour behind even though no run of it is unfinished.
 --   retired_at              when the job was retired (runner retire; revision 0009), NULL
 --                           while it is not: its slots after that are not expected
+--   missing                 the job's rows in the gap scan (runner.missing_slots: expected
+--                           slots x partitions no run accounts for, in every state; revision
+--                           0016_health, before which `runner status` counted them apart)
 --
--- The missing-slot count (runner.missing_slots) and the next slot (computed from the job's
--- definition in Python) are added by `runner status`.
-CREATE OR REPLACE VIEW runner.job_health AS
+-- The next slot (computed from the job's definition in Python) is added by `runner status`.
+--
+-- Cost (revision 0016_health). The body is runner.job_health_v1(only_job): one job by its
+-- key, or every job. It calls the gap scan ONCE (runner.missing_slots_v1(now(), only_job):
+-- every job's slots above its own watermark, its holes below, its unaccounted runs) and
+-- groups its rows per job: oldest_missing_slot and missing come from that one pass. Before,
+-- the view called the scan once per job in a lateral (about 1 ms a call: the executor
+-- start-up of the scan's plan), which put the Jobs page at 1,000 jobs over its budget. The
+-- other per-job parts are index probes in one plan (last success, last slot, the 24 hours'
+-- counts on time-bounded indexes, the oldest unfinished run on job_runs_unfinished). So:
+--   SELECT * FROM runner.job_health                        every job, one pass
+--   SELECT * FROM runner.job_health_v1('nightly')          one job, reading only its rows
+-- (the view filtered by job_name still answers right, at the cost of every job's pass: no
+-- filter reaches inside a function; `runner status --job` and the console call the function).
+-- JIT is off in the function (its plan's estimates are large defaults: compiling costs more
+-- than running it).
+CREATE OR REPLACE FUNCTION runner.job_health_v1(only_job text DEFAULT NULL)
+RETURNS TABLE (
+    job_name text, owner text, paused boolean, last_success_at timestamptz,
+    last_success_slot timestamptz, last_success_business_date date, last_success_run_id bigint,
+    last_slot timestamptz, last_slot_statuses jsonb, last_processed bigint, last_failed bigint,
+    succeeded_24h bigint, failed_24h bigint, dead_24h bigint, oldest_unfinished_slot timestamptz,
+    lag interval, retired_at timestamptz, oldest_missing_slot timestamptz, missing bigint)
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+SET jit = off
+AS $$
+WITH gaps AS MATERIALIZED (
+    -- the gap scan, once for every job (or the one job): below each job's watermark the holes
+    -- it recorded, above it the slots expanded since, and its runs not accounting for a slot
+    SELECT m.job_name, count(*) AS missing,
+           min(m.schedule_slot) FILTER (WHERE m.state IN ('never_started', 'fanout_failed')) AS oldest
+    FROM runner.missing_slots_v1(now(), only_job) m
+    GROUP BY m.job_name
+)
 SELECT j.job_name,
        j.options ->> 'owner' AS owner,
        j.paused,
@@ -43,8 +77,11 @@ SELECT j.job_name,
        uf.oldest AS oldest_unfinished_slot,
        coalesce(now() - least(uf.oldest, ms.oldest), interval '0') AS lag,
        j.retired_at,
-       ms.oldest AS oldest_missing_slot
-FROM runner.jobs j
+       ms.oldest AS oldest_missing_slot,
+       coalesce(ms.missing, 0) AS missing
+FROM (SELECT o.* FROM runner.jobs o WHERE o.job_name = only_job
+      UNION ALL
+      SELECT a.* FROM runner.jobs a WHERE only_job IS NULL) j
 LEFT JOIN LATERAL (
     SELECT r.id, r.finished_at, r.schedule_slot, r.business_date
     FROM runner.job_runs r
@@ -86,20 +123,8 @@ LEFT JOIN LATERAL (
       AND r.status IN ('pending', 'running', 'failed')
       AND r.schedule_slot <= now()
 ) uf ON true
-LEFT JOIN runner.gap_watermarks w ON w.job_name = j.job_name AND w.track_from = j.track_from
-LEFT JOIN LATERAL (
-    -- below the gap scan's watermark: the oldest hole it recorded that still has no run; above
-    -- it: the scan's never-started slots since the watermark (the scan narrowed to them, so
-    -- its cost follows the slots since the last advance, not the ledger's age)
-    SELECT least(
-        (SELECT min(h.schedule_slot)
-         FROM runner.gap_holes h
-         WHERE h.job_name = j.job_name AND h.schedule_slot >= j.track_from
-           AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
-                           WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
-                             AND (h.whole_slot OR r.partition_key = h.partition_key))),
-        (SELECT min(m.schedule_slot)
-         FROM runner.missing_slots_v1(now(), j.job_name, w.complete_through) m
-         WHERE m.state IN ('never_started', 'fanout_failed'))) AS oldest
-    OFFSET 0  -- computed once per job (lag and oldest_missing_slot both use it)
-) ms ON true;
+LEFT JOIN gaps ms ON ms.job_name = j.job_name
+$$;
+
+CREATE OR REPLACE VIEW runner.job_health AS
+SELECT h.* FROM runner.job_health_v1() h;

@@ -62,6 +62,15 @@
 -- went (gap_watermarks.pruned_through): the scan never expands slots at or below that again,
 -- so a pruned run never makes its slot look missing.
 --
+-- One call for every job (only_job NULL) takes each job's own watermark: per job a few index
+-- probes (its watermark, schedule rows, retirements), per slot since the watermark and per
+-- recorded hole one probe for a run, per unaccounted run one row. runner.job_health_v1 makes
+-- that one call for all jobs and groups the rows (revision 0016_health), where the view made
+-- one call per job: each call's executor start-up cost more than its answer. The same
+-- revision reads a job's holes by its key and looks up retired spans only for a job that was
+-- ever retired (same rows: an unretired job's one span is all of time); before, every call,
+-- even for one job, checked the spans of every hole of every job.
+--
 -- runner.missing_slots_v1(as_of, only_job, since) is the same scan at a given "now"
 -- (tests, and `runner gaps --job/--since`, which it narrows cheaply); the view is its call at
 -- now(). A new run status must be placed on one side: in the status list below and in the
@@ -81,6 +90,9 @@ SET jit = off
 AS $$
 WITH jobs AS MATERIALIZED (
     SELECT j.job_name, j.paused, j.timezone AS job_zone,
+           -- whether the job was ever retired: only then are its spans worth computing
+           -- (revision 0016_health: an unretired job has one span, all of time)
+           EXISTS (SELECT 1 FROM runner.job_retirements x WHERE x.job_name = j.job_name) AS retired,
            CASE WHEN jsonb_typeof(j.options -> 'lease_seconds') = 'number'
                 THEN make_interval(secs => (j.options ->> 'lease_seconds')::float8)
                 ELSE interval '5 minutes' END AS lease,
@@ -117,7 +129,9 @@ WITH jobs AS MATERIALIZED (
            greatest(s.lo, j.first_slot - interval '1 microsecond', j.wm, t.lo) AS lo,
            least(s.hi, as_of, t.hi) AS hi
     FROM jobs j
-    CROSS JOIN LATERAL runner.tracked_spans_v1(j.job_name) AS t
+    CROSS JOIN LATERAL (SELECT r.lo, r.hi FROM runner.tracked_spans_v1(j.job_name) AS r WHERE j.retired
+                        UNION ALL
+                        SELECT timestamptz '-infinity', timestamptz 'infinity' WHERE NOT j.retired) AS t
     CROSS JOIN LATERAL (
         SELECT h.*,
                CASE WHEN lag(h.valid_from) OVER w IS NULL THEN timestamptz '-infinity'
@@ -148,17 +162,21 @@ WITH jobs AS MATERIALIZED (
     UNION ALL
     -- at or below it: the holes the advance recorded that still have no run (a whole-slot
     -- hole of a slot whose fan-out was recorded after the advance: each recorded partition)
+    -- (each job's holes by its key, LATERAL: a call for one job reads that job's holes, never
+    -- every job's; the retired spans are looked at only for a job ever retired: revision
+    -- 0016_health, before which every hole of every job ran that lookup on every call)
     SELECT h.job_name, h.schedule_slot, p.key, j.paused, j.job_zone, f.error
     FROM jobs j
-    JOIN runner.gap_holes h ON h.job_name = j.job_name
+    CROSS JOIN LATERAL (SELECT o.* FROM runner.gap_holes o
+                        WHERE o.job_name = j.job_name
+                          AND o.schedule_slot <= j.wm AND o.schedule_slot >= j.first_slot) AS h
     LEFT JOIN runner.slot_fanouts f ON f.job_name = h.job_name AND f.schedule_slot = h.schedule_slot
     CROSS JOIN LATERAL unnest(CASE WHEN NOT h.whole_slot THEN ARRAY[h.partition_key]
                                    WHEN f.job_name IS NOT NULL AND f.error IS NULL THEN f.partitions
                                    ELSE ARRAY[NULL::text] END) AS p(key)
-    WHERE h.schedule_slot <= j.wm
-      AND h.schedule_slot >= j.first_slot
-      AND EXISTS (SELECT 1 FROM runner.tracked_spans_v1(h.job_name) AS t
-                  WHERE h.schedule_slot > t.lo AND h.schedule_slot <= t.hi)
+    WHERE (NOT j.retired
+           OR EXISTS (SELECT 1 FROM runner.tracked_spans_v1(h.job_name) AS t
+                      WHERE h.schedule_slot > t.lo AND h.schedule_slot <= t.hi))
       AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
                       WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
                         AND (p.key IS NULL OR r.partition_key = p.key))

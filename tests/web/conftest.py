@@ -28,6 +28,20 @@ HOSTILE_REASON = "<iframe src=//evil></iframe>&reason"
 HOSTILE_OWNER = "<b onmouseover=alert('owner')>team</b>"
 HOSTILES = (HOSTILE_JOB, HOSTILE_PART, HOSTILE_ERROR, HOSTILE_REASON, HOSTILE_OWNER)
 
+# what runner/verification.py records for a plan of two kinds, hostile where a check's text goes
+VERIFY_DETAIL = {
+    "window_start": "2026-01-01T00:00:00+00:00", "window_end": "2026-01-02T00:00:00+00:00",
+    "min_passing": 2, "passing": 1, "checks_total": 4,
+    "kinds": [
+        {"kind": "count", "name": "rows", "passed": True, "outcome": "passed", "partitions": 2,
+         "partitions_not_passing": [], "expected": 10, "observed": 10, "detail": None},
+        {"kind": "checksum", "name": HOSTILE_REASON, "passed": False, "outcome": "failed", "partitions": 2,
+         "partitions_not_passing": [HOSTILE_PART], "expected": HOSTILE_OWNER, "observed": {"sum": HOSTILE_JOB},
+         "detail": HOSTILE_ERROR},
+    ],
+    "checks": [],
+}
+
 OPERATOR_TOKEN = "op-token-" + "0123456789abcdef"
 VIEWER_TOKEN = "view-token-" + "0123456789abcdef"
 
@@ -89,6 +103,16 @@ def seed(url: str) -> dict[str, Any]:
             (HOSTILE_JOB, HOSTILE_OWNER, HOSTILE_REASON)).fetchone()
         assert row is not None
         ids["plan"] = int(row[0])
+        # a completed plan whose verification kinds recorded hostile text (a check's query can
+        # echo anything: an error, a key, a value)
+        row = conn.execute(
+            "INSERT INTO runner.backfills (job_name, range_from, range_to, status, requested_by, reason,"
+            " finished_at, verify_status, verify_detail, verified_at)"
+            " VALUES (%s, now() - interval '5 days', now() - interval '4 days', 'completed', %s, %s, now(),"
+            " 'failed', %s, now()) RETURNING id",
+            (HOSTILE_JOB, HOSTILE_OWNER, HOSTILE_REASON, Jsonb(VERIFY_DETAIL))).fetchone()
+        assert row is not None
+        ids["verified"] = int(row[0])
         conn.execute("INSERT INTO runner.requests (action, job_name, who, reason, touched)"
                      " VALUES ('pause', %s, %s, %s, %s)",
                      (HOSTILE_JOB, HOSTILE_OWNER, HOSTILE_REASON,

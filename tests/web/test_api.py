@@ -5,6 +5,7 @@ in any answer, and each action writes the CLI's runner.requests row with the web
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +20,11 @@ from runner.web import auth
 from runner.web.app import WebConfig, create_app, prepare
 from tests.support import scalar
 from tests.web.conftest import (
+    HOSTILE_ERROR,
     HOSTILE_JOB,
+    HOSTILE_OWNER,
     HOSTILE_PART,
+    HOSTILE_REASON,
     HOSTILES,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
@@ -46,7 +50,7 @@ def pages(ids: dict[str, Any]) -> list[str]:
 
     return ["/", f"/job?name={quote(HOSTILE_JOB)}", f"/runs/{ids['dead']}", f"/runs/{ids['awaiting']}",
             "/gaps", f"/gaps?job={quote(HOSTILE_JOB)}&state=dead", "/backfills", f"/backfills/{ids['plan']}",
-            "/alerts", "/requests", f"/requests?job={quote(HOSTILE_JOB)}"]
+            f"/backfills/{ids['verified']}", "/alerts", "/requests", f"/requests?job={quote(HOSTILE_JOB)}"]
 
 
 def api_reads(ids: dict[str, Any]) -> list[str]:
@@ -242,6 +246,41 @@ def test_hostile_strings_are_escaped_on_every_page(ledger: Ledger) -> None:
         run_page = client.get(f"/runs/{ledger.ids['dead']}").text
         assert "&lt;/td&gt;&lt;script&gt;alert(&#39;error&#39;)&lt;/script&gt;" in run_page
         assert "&#34;&gt;&lt;img src=x onerror=alert(&#34;part&#34;)&gt;" in run_page
+
+
+def test_verification_shows_one_escaped_row_per_kind(ledger: Ledger) -> None:
+    """The backfill view renders verify_detail as a table (kind, name, passed, outcome, the
+    partitions not passing, expected, observed, detail), every value escaped text, not JSON;
+    the Backfills page shows each kind and whether it passed."""
+    import html as htmllib
+
+    with console(ledger.operator) as client:
+        login(client)
+        page = client.get(f"/backfills/{ledger.ids['verified']}").text
+        listing = client.get("/backfills").text
+        api = client.get(f"/api/backfills/{ledger.ids['verified']}", headers=VIEW).json()
+    table = page[page.index('<table class="list verification" id="verification">'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r"<tr class=\"(pass|fail)\">(.*?)</tr>", table, re.S)
+    assert [r[0] for r in rows] == ["pass", "fail"]
+    cells = [[htmllib.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r[1], re.S)] for r in rows]
+    assert cells[0][:3] == ["count", "rows", "yes"] and cells[0][5:7] == ["10", "10"]
+    kind, name, passed, _outcome, not_passing, expected, observed, detail = cells[1]
+    assert (kind, name, passed) == ("checksum", HOSTILE_REASON, "no")
+    assert not_passing.startswith(HOSTILE_PART) and expected == HOSTILE_OWNER and detail == HOSTILE_ERROR
+    assert json.loads(observed) == {"sum": HOSTILE_JOB}
+    assert "1 of 2 kind(s) passing, 2 needed" in page
+    for hostile in HOSTILES:
+        assert hostile not in page and hostile not in listing
+    assert "<script" not in page.lower() and "<img" not in page and "<iframe" not in page
+    assert '"kinds"' not in page and "&#34;kinds&#34;" not in page  # no raw JSON dump
+    plan_row = listing[listing.index(f'<a href="/backfills/{ledger.ids["verified"]}">'):]
+    plan_row = plan_row[:plan_row.index(f'<a href="/backfills/{ledger.ids["plan"]}">')]  # the next plan's row
+    assert re.search(r'<tr class="pass"><td class="kind">count</td>', plan_row)
+    assert re.search(r'<tr class="fail"><td class="kind">checksum</td>', plan_row)
+    # the API answers the same table beside the raw detail
+    assert [(r["kind"], r["passed"]) for r in api["verification"]["rows"]] == [("count", True), ("checksum", False)]
+    assert api["verify_detail"]["kinds"][1]["detail"] == HOSTILE_ERROR
 
 
 def test_every_response_carries_the_security_headers(ledger: Ledger) -> None:

@@ -1,13 +1,18 @@
 """What the Jobs page and `runner status` ask the database is bounded by what is live, not by
-the ledger's history (revision 0014_webperf):
+the ledger's history (revisions 0014_webperf, 0016_health):
 
-- every statement they issue is planned with an index wherever it reads a table that grows
-  with history (runs, attempts, effects, requests): with sequential scans priced out, a
-  relation still read sequentially is one no index matches;
-- runner.job_health reaches a job's unfinished runs through the index of unfinished runs
-  (the index of unaccounted runs also holds every dead run the job kept; the retry queue
-  holds every job's), and runner.alerts' slow branch reads durations from the index alone;
-- the Jobs page's alert counts are runner.alerts' rows per job, exactly."""
+- every statement they issue, and every statement the SQL functions they call run inside
+  (runner.job_health_v1, runner.missing_slots_v1: read through auto_explain's nested plans,
+  an EXPLAIN of the caller shows only a function scan), is planned with an index wherever it
+  reads a table that grows with history (runs, attempts, effects, requests): with sequential
+  scans priced out, a relation still read sequentially is one no index matches;
+- runner.job_health runs the gap scan once for all jobs (not once per job), reaches a job's
+  unfinished runs through the index of unfinished runs (the index of unaccounted runs also
+  holds every dead run the job kept; the retry queue holds every job's), and runner.alerts'
+  slow branch reads durations from the index alone;
+- the Jobs page is three statements (the clock, runner.job_health_v1 with the missing counts
+  from the same pass, the alert counts), and its alert counts are runner.alerts' rows per job,
+  exactly."""
 
 from __future__ import annotations
 
@@ -33,11 +38,37 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from nodes(child)
 
 
+def executed_plans(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any],
+                   nested: bool = True) -> list[dict[str, Any]]:
+    """Run ``statement`` and return the plan of every statement it executed: itself and, with
+    ``nested``, each statement run inside the SQL functions it calls (one entry per execution),
+    as auto_explain logs them (JSON, to this client)."""
+    logged: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and "plan:" in diag.message_primary:
+            logged.append(diag.message_primary)
+
+    conn.execute("SET auto_explain.log_nested_statements = " + ("on" if nested else "off"))
+    conn.add_notice_handler(keep)
+    try:
+        conn.execute("SET client_min_messages = log")
+        conn.execute(statement, params).fetchall()
+    finally:
+        conn.execute("SET client_min_messages = notice")
+        conn.remove_notice_handler(keep)
+    found = [json.loads(m[m.index("{"):]) for m in logged]
+    return [f for f in found if "SET client_min_messages" not in f.get("Query Text", "")]
+
+
 def plan_of(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
-    assert row is not None
-    found = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return list(nodes(found[0]["Plan"]))
+    """Every plan node of the statement and of the statements its functions ran."""
+    return [n for p in executed_plans(conn, statement, params) for n in nodes(p["Plan"])]
+
+
+def gap_scans(plans: list[dict[str, Any]]) -> int:
+    """How many times runner.missing_slots_v1's body ran."""
+    return sum(1 for p in plans if "WITH jobs AS MATERIALIZED" in p.get("Query Text", ""))
 
 
 @pytest.fixture
@@ -46,6 +77,9 @@ def planner(ledger: Ledger) -> Iterator[psycopg.Connection[Any]]:
         conn.execute("ANALYZE")
         conn.execute("SET enable_seqscan = off")
         conn.execute("SET jit = off")
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("SET auto_explain.log_format = 'json'")
         yield conn
 
 
@@ -68,12 +102,51 @@ def test_no_status_statement_reads_a_history_table_sequentially(planner: psycopg
 
 
 def test_job_health_reaches_unfinished_runs_through_their_own_index(planner: psycopg.Connection[Any]) -> None:
-    used = {n.get("Index Name") for n in plan_of(planner, *STATEMENTS["job_health"])}
+    # job_health_v1's own statement (the gap scan it runs inside reads the unaccounted runs
+    # through their index: that is how it lists them)
+    [own] = [p for p in executed_plans(planner, *STATEMENTS["job_health"])
+             if "WITH gaps AS MATERIALIZED" in p.get("Query Text", "")]
+    used = {n.get("Index Name") for n in nodes(own["Plan"])}
     assert "job_runs_unfinished" in used
     # not the index of unaccounted runs, which also holds every dead run a job ever kept (on
     # this small ledger the planner may still take the retry queue for failed_24h; on a big
     # one, where that queue holds every job's failed runs, it takes the job's own index)
     assert "job_runs_unaccounted" not in used, used
+
+
+def test_job_health_runs_the_gap_scan_once_for_every_job(planner: psycopg.Connection[Any]) -> None:
+    jobs = planner.execute("SELECT count(*) FROM runner.jobs").fetchone()
+    assert jobs is not None and jobs[0] >= 2  # so once per job would show
+    assert gap_scans(executed_plans(planner, *STATEMENTS["job_health"])) == 1
+    assert gap_scans(executed_plans(planner, *STATEMENTS["job_health (one job)"])) == 1
+    # the view, for psql: the same one pass
+    assert gap_scans(executed_plans(planner, "SELECT * FROM runner.job_health", {})) == 1
+
+
+def test_the_jobs_page_is_three_statements(ledger: Ledger, planner: psycopg.Connection[Any]) -> None:
+    from runner.web import reads
+
+    statements: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and "plan:" in diag.message_primary:
+            statements.append(json.loads(diag.message_primary[diag.message_primary.index("{"):])["Query Text"])
+
+    planner.execute("SET auto_explain.log_nested_statements = off")
+    planner.execute("SET client_min_messages = log")
+    planner.add_notice_handler(keep)
+    try:
+        page = reads.jobs(planner, None)
+    finally:
+        planner.remove_notice_handler(keep)
+        planner.execute("SET client_min_messages = notice")
+    assert len(statements) == 3, statements
+    assert "runner.job_health_v1" in statements[1] and "runner.alerts" in statements[2]
+    by_job = {j["job_name"]: j for j in page["jobs"]}
+    with psycopg.connect(ledger.admin, autocommit=True) as conn:
+        missing = dict(conn.execute("SELECT job_name, count(*) FROM runner.missing_slots GROUP BY 1").fetchall())
+    assert missing.get(HOSTILE_JOB, 0) >= 2
+    assert {name: j["missing"] for name, j in by_job.items()} == {name: missing.get(name, 0) for name in by_job}
 
 
 def test_slow_alerts_read_durations_from_the_index_alone(planner: psycopg.Connection[Any]) -> None:

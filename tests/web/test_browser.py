@@ -21,7 +21,16 @@ from urllib.parse import quote
 import pytest
 
 from tests.support import ROOT, eventually, runner_cmd, scalar
-from tests.web.conftest import HOSTILE_JOB, HOSTILE_PART, OPERATOR_TOKEN, VIEWER_TOKEN, Ledger, requests_rows
+from tests.web.conftest import (
+    HOSTILE_ERROR,
+    HOSTILE_JOB,
+    HOSTILE_PART,
+    HOSTILE_REASON,
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    Ledger,
+    requests_rows,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -94,6 +103,7 @@ def test_pages_and_a_rerun_in_a_real_browser(ledger: Ledger, web: str, browser: 
     ids = ledger.ids
     for name, path in [("jobs", "/"), ("job", f"/job?name={quote(HOSTILE_JOB)}"), ("run", f"/runs/{ids['dead']}"),
                        ("gaps", "/gaps"), ("backfills", "/backfills"), ("backfill", f"/backfills/{ids['plan']}"),
+                       ("verified", f"/backfills/{ids['verified']}"),
                        ("alerts", "/alerts"), ("requests", "/requests")]:
         response = page.goto(web + path)
         assert response is not None and response.status == 200, path
@@ -101,6 +111,13 @@ def test_pages_and_a_rerun_in_a_real_browser(ledger: Ledger, web: str, browser: 
         # hostile strings stayed text: no element was made of them
         assert page.locator("img").count() == 0 and page.locator("iframe").count() == 0, path
         assert page.locator("script").count() == 0, path
+    # the verification kinds: a table, a row each, the hostile detail shown as text
+    page.goto(web + f"/backfills/{ids['verified']}")
+    assert page.locator("#verification tbody tr").count() == 2
+    failed = page.locator("#verification tr.fail")
+    assert failed.locator("td.kind").inner_text() == "checksum"
+    assert failed.locator("td.err").inner_text() == HOSTILE_ERROR
+    assert failed.locator("td.pk").first.inner_text() == HOSTILE_REASON
     job_page = page.goto(web + f"/job?name={quote(HOSTILE_JOB)}")
     assert job_page is not None
     assert page.inner_text("#job-name") == HOSTILE_JOB
