@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,10 +53,11 @@ class TakeoverResult:
     terminated: list[ledger.HungOwner]
 
 
-def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
-             default_lease: float = DEFAULT_LEASE, lanes: Sequence[str] | None = None) -> TakeoverResult:
+def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
+             limit: int | Mapping[str, int], default_lease: float = DEFAULT_LEASE) -> TakeoverResult:
     """One pass: end squatters and hung owners past their lease, then take over runs with
-    no live owner (at most ``limit``; only runs of ``lanes``, None: every lane). ``conn``
+    no live owner: ``limit`` maps each lane this process serves to its free in-flight room
+    here (a lane not in it is not taken from); an int: any lane, that many in all. ``conn``
     must be this process's lock session."""
     _end_squatters(conn, owner.namespace)
     hung = ledger.end_hung_owners(conn, job_names, default_lease)
@@ -69,8 +70,8 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
                       "runner may not end it (grant pg_signal_backend)", h.run_id, h.holder_pid,
                       h.heartbeat_at.isoformat())
     taken: list[ClaimedRun] = []
-    if limit > 0:
-        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit, lanes=lanes)
+    if (limit if isinstance(limit, int) else sum(max(n, 0) for n in limit.values())) > 0:
+        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
         if dead:
             ledger.unlock_runs(conn, owner.namespace, dead)
         for run_id in dead:
