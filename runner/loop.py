@@ -658,7 +658,8 @@ class Worker:
                 continue
             ranges = self._late[name]
             try:
-                decisions = misfire.run_once(self._conn(), self.jobs[name], now, ranges[0])
+                decisions = misfire.run_once(self._conn(), self.jobs[name], now, ranges[0],
+                                             prometheus_url=self.config.prometheus_url)
             except psycopg.Error as exc:
                 if not self._session_alive():
                     raise
