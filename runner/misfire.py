@@ -52,8 +52,12 @@ whole range): ``skip``, ``catch_up`` (every slot, as replay runs them), ``coales
 ``approve`` (held, as ``manual``) are decided here as above; ``backfill`` writes no run itself:
 it hands the range's slot x partitions that have no run, under the same row lock, to
 ``runner.tier_backfill_v1``, which creates one audited plan over them (at most
-``TIER_PLAN_BATCH`` runs a plan). Each decided row also gets its ``runner.misfire_decisions``
-row (tier, action, lateness, reason), in the same transaction.
+``TIER_PLAN_BATCH`` runs a plan), made paused when the tier's ``pause_when`` holds at that
+moment. With ``side_effects=True``, the late slots whose own earlier attempts left effects of
+unknown delivery are held for approval slot by slot (``Ruling.held_for``, runner/tiers.py
+says what concerns a slot), before the tier decides the others. Each decided row also gets
+its ``runner.misfire_decisions`` row (tier, action, lateness, reason), in the same
+transaction.
 
 Every decision is a run row with its reason in ``status_reason``. Slots outside the ranges
 handed over (older gaps) are not decided here: the gap scan (``runner.missing_slots``)

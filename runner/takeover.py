@@ -10,6 +10,12 @@ attempt: a run whose owners died that many times (a handler that kills its proce
 ``dead`` instead of being taken over again. Detection needs no heartbeat timeout, only the
 next pass of the loop (every poll interval, 1 s by default).
 
+Lanes (runner/lanes.py): a process takes over only runs of the lanes it serves, and each lane
+at most its free in-flight room on the process (``limit`` maps lane -> room; the statement
+numbers each lane's orphans, oldest first, and keeps that many), so a takeover counts toward
+the lane's cap exactly as a claim does. Ending squatters and hung owners is lane-blind: a
+session is ended for what it holds, and its runs then wait for a process serving their lane.
+
 A *hung* owner still holds its lock but has stopped beating: its process is stopped
 (SIGSTOP), partitioned or wedged. Past its job's lease, ``run_once`` ends the holder's
 session with ``pg_terminate_backend`` (which needs the ``pg_signal_backend`` role, the same
