@@ -1,15 +1,29 @@
-"""The event loop of ``async def`` handlers: one asyncio loop thread per runner process.
+"""The event loops of ``async def`` handlers: one asyncio loop thread per lane of a process.
 
-A ``Worker`` whose app registers any ``async def`` handler owns one ``AsyncHandlers``: a
-thread running an asyncio event loop, on which every async attempt of the process is a task.
-The loop thread claims runs, beats and enforces timeouts for sync and async runs alike
-(runner/loop.py); this module only runs the async handlers:
+A ``Worker`` whose app registers any ``async def`` handler owns one ``AsyncHandlers`` per
+lane whose async runs it started (made on the lane's first one): a thread running an asyncio
+event loop, on which every async attempt of that lane on the process is a task. The loop
+thread claims runs, beats and enforces timeouts for sync and async runs alike
+(runner/loop.py); this module only runs the async handlers.
 
-* at most ``size`` of them run at once (an ``asyncio.Semaphore``: ``--async-workers``,
-  by default ``--workers``); runs claimed beyond it wait for a place with their attempt
-  started, as sync runs wait for a handler thread. ``--max-inflight`` bounds sync and async
-  runs together;
-* ``ctx.db`` comes from an ``AsyncConnectionPool`` of at most ``db_size`` connections, taken
+**One loop per lane, not per-lane semaphores on one loop.** Lanes share a process so that
+bulk work fills spare capacity without delaying live work (runner/lanes.py). On one shared
+event loop, a semaphore per lane would bound how many bulk handlers *run*, but not what they
+do to the loop: every ready task waits its turn in one FIFO of callbacks, so a thousand
+bulk tasks between awaits delay a realtime task's next step, and one bulk handler that blocks
+its loop (a sync HTTP call or ``time.sleep`` inside ``async def``, the classic mistake)
+stops every realtime async run of the process. With a loop per lane, a bulk async run can
+neither take a realtime async run's place under its bound nor its turn on the loop; the cost
+is one thread (and its async pools, opened only when used) per lane that runs async work.
+The GIL is still shared, as it is with the lanes' handler threads.
+
+* at most ``size`` of the lane's async handlers run at once (an ``asyncio.Semaphore``: for
+  ``realtime`` ``--async-workers``, by default ``--workers``; for another lane its
+  ``--lane-slots`` value when given, else ``--async-workers``); runs claimed beyond it wait
+  for a place with their attempt started, as sync runs wait for a handler thread. The lane's
+  in-flight cap on the process (``Worker._cap``) bounds its sync and async runs together;
+* ``ctx.db`` comes from the lane's ``AsyncConnectionPool`` of at most ``db_size``
+  connections (``min(size, --workers)``), taken
   when a handler first uses it: a thousand handlers sleeping in ``await asyncio.sleep`` hold
   no connection at all. Heartbeats use a second small async pool; the effect log's writes run
   in the event loop's executor threads on the Worker's sync control pool;
@@ -45,14 +59,17 @@ CLOSE_TIMEOUT = 5.0  # seconds cancelled tasks get to roll back before the loop 
 
 
 class AsyncHandlers:
-    """One event loop thread running the async handlers of one Worker (module docstring).
+    """One event loop thread running the async handlers of one lane of a Worker (module
+    docstring).
 
     ``begin(run)`` is called when a handler starts (it returns the start time, monotonic) and
     ``done(run, outcome, began)`` when it ends, both from the event loop thread."""
 
     def __init__(self, url: str, size: int, db_size: int, effects: ConnectionPool[Any],
                  begin: Callable[[ClaimedRun], float],
-                 done: Callable[[ClaimedRun, Outcome | None, float], None]) -> None:
+                 done: Callable[[ClaimedRun, Outcome | None, float], None], lane: str = "") -> None:
+        self.lane = lane
+        self.size = size
         self._url = url
         self._size = size
         self._db_size = db_size
@@ -60,7 +77,8 @@ class AsyncHandlers:
         self._begin = begin
         self._done = done
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run_loop, name="runner-async", daemon=True)
+        self._thread = threading.Thread(target=self._run_loop, name=f"runner-async-{lane}".rstrip("-"),
+                                        daemon=True)
         self._tasks: set[asyncio.Task[None]] = set()
         # attempts handed over by the Worker's loop thread, started by one wake-up of the event
         # loop per batch (a wake-up per run would cost a self-pipe write and a GIL hand-over each)
@@ -81,10 +99,11 @@ class AsyncHandlers:
     async def _open(self) -> None:
         self._slots = asyncio.Semaphore(self._size)
         kwargs = {"autocommit": True, "application_name": "runner-worker"}
+        suffix = f"-{self.lane}" if self.lane else ""
         self._pool = AsyncConnectionPool(self._url, min_size=0, max_size=self._db_size, open=False,
-                                         kwargs=kwargs, name="runner-async-db")
+                                         kwargs=kwargs, name=f"runner-async-db{suffix}")
         self._control = AsyncConnectionPool(
-            self._url, min_size=0, max_size=2, open=False, name="runner-async-control",
+            self._url, min_size=0, max_size=2, open=False, name=f"runner-async-control{suffix}",
             kwargs={"autocommit": True, "application_name": "runner-control"})
         await self._pool.open()
         await self._control.open()

@@ -55,16 +55,18 @@ plan's whole window (the window start of its first slot to the window end of its
 records the outcome on the plan: ``verify_status`` passed (every check passed), failed,
 error (a check raised, or returned something else than an outcome), or not_configured (the
 job has no check). ``verify`` is a callable ``(conn, window_start, window_end, partition)``
-returning ``True``/``False``, a string (a failure, saying why) or ``(passed, detail)``; or a SQL
-string with the named parameters ``%(window_start)s``, ``%(window_end)s`` and
+returning ``True``/``False``, a string (a failure, saying why) or ``(passed, detail)``; or a
+SQL string with the named parameters ``%(window_start)s``, ``%(window_end)s`` and
 ``%(partition)s`` returning one row: the outcome (boolean) and, optionally, a detail. Each
 check runs in a transaction that is rolled back afterwards, with a statement timeout of
-``VERIFY_TIMEOUT``; SQL runs as the condition role, read-only, on a connection of its own
-(runner/verification.py says why and how). Or ``verify`` is a list of verification kinds
-(count, checksum, sample_keys, residual: runner/verification.py), of which ``min_passing``
-must pass; each kind's outcome is recorded on the plan. If that process dies before recording the outcome,
-the plan stays unverified (``verify_status`` NULL); ``runner backfill verify ID`` (``reverify``)
-runs the check again, audited, as it does after the data was fixed.
+``VERIFY_TIMEOUT`` (a callable also with that wall-clock limit: past it, the check is an
+error saying timeout; runner/verification.py, "A wall-clock limit"); SQL runs as the
+condition role, read-only, on a connection of its own (runner/verification.py says why and
+how). Or ``verify`` is a list of verification kinds (count, checksum, sample_keys, residual:
+runner/verification.py), of which ``min_passing`` must pass; each kind's outcome is recorded
+on the plan. If that process dies before recording the outcome, the plan stays unverified
+(``verify_status`` NULL); ``runner backfill verify ID`` (``reverify``) runs the check again,
+audited, as it does after the data was fixed.
 """
 
 from __future__ import annotations
@@ -525,9 +527,10 @@ def _check(conn: psycopg.Connection[Any], session: verification.Session, job: Jo
             text = None if len(first) < 2 or first[1] is None else str(first[1])
             return Check(partition, "passed" if first[0] else "failed", text)
         assert callable(check)
-        with conn.transaction(force_rollback=True):
-            conn.execute(Q["time_limit"], {"timeout": VERIFY_TIMEOUT})
-            return _outcome(partition, check(conn, start, end, partition))
+        fn = check
+        value = session.python(lambda own: fn(own, start, end, partition), VERIFY_TIMEOUT_SECONDS,
+                               f"the verify callable {getattr(fn, '__qualname__', type(fn).__name__)}")
+        return _outcome(partition, value)
     except Exception as exc:
         if conn.closed or conn.broken:
             raise

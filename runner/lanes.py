@@ -21,7 +21,10 @@ without the option, every lane (as before lanes existed). A process fans out and
 live slots only of the jobs whose lane it serves (and registers only those jobs, so the
 shares of a slot are split among the processes that claim it), decides their misfires,
 starts retries, queued runs and backfill runs only of its lanes, and takes over only their
-orphans. An unknown lane is refused at start, with a one-line error.
+orphans. A takeover counts as a claim: each lane takes over at most its free in-flight room
+on the process (``Worker._take_over``, one statement with a limit per lane), so a process with
+one free bulk slot takes one orphaned bulk run, never the fifty a dead bulk process left.
+An unknown lane is refused at start, with a one-line error.
 
 **Per-process budget.** Each served lane has handler slots of its own: a handler thread pool
 and a ``ctx.db`` connection pool of that size, and at most that many of its runs in flight on
@@ -30,6 +33,9 @@ default). ``--lane-slots bulk=2,correction=4`` sets them; by default a process s
 lane gives it ``--workers`` slots, and one serving several gives ``realtime`` ``--workers``,
 ``correction`` ``max(1, workers // 2)`` and every other lane ``max(1, workers // 4)``. So a
 bulk handler never holds a realtime thread or connection: a live slot never waits for one.
+``async def`` handlers too: each lane's run on an event loop thread of its own
+(runner/aio.py), bounded by ``--async-workers`` for realtime and by the lane's
+``--lane-slots`` value, else ``--async-workers``, for the others.
 
 **Fleet budget.** A lane's ``concurrency`` (runs of the lane running at once, across every
 process) and ``rate`` (starts per second, a token bucket holding ``max(1, rate)``) bound its

@@ -414,15 +414,24 @@ def end_squatters(conn: psycopg.Connection[Any], namespace: int) -> list[Squatte
 
 
 def take_over_orphans(
-    conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
-    now: datetime | None = None, lanes: Sequence[str] | None = None,
+    conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
+    limit: int | Mapping[str, int], now: datetime | None = None,
 ) -> tuple[list[ClaimedRun], list[int]]:
-    """Take over running runs whose lock nobody holds. Returns the runs taken (locked on
-    this session), and the ids of those that went dead instead because they were out of
-    attempts (also locked on this session: the caller releases them)."""
+    """Take over running runs whose lock nobody holds: ``limit`` maps each lane to take
+    from to at most how many of its runs (a run of a lane not in it is left alone); an
+    int: any lane, that many in all. Returns the runs taken (locked on this session), and
+    the ids of those that went dead instead because they were out of attempts (also locked
+    on this session: the caller releases them)."""
+    if isinstance(limit, int):
+        lanes, limits, total = None, None, limit
+    else:
+        wanted = {lane: n for lane, n in limit.items() if n > 0}
+        lanes, limits, total = list(wanted), list(wanted.values()), sum(wanted.values())
+    if total <= 0:
+        return [], []
     rows = conn.execute(TQ["take_over_orphans"], {
-        **owner.params(), "job_names": list(job_names), "limit": limit, "now": now,
-        "lanes": list(lanes) if lanes is not None else None}).fetchall()
+        **owner.params(), "job_names": list(job_names), "now": now, "lanes": lanes,
+        "limits": limits, "limit": total}).fetchall()
     return claimed_rows(rows)[1], dead_rows(rows)
 
 

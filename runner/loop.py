@@ -26,11 +26,13 @@ operator retired starts nothing after its retirement instant: the claim statemen
 later slots, retries and reruns (read at every claim, so a live runner stops within a poll
 interval).
 
-``async def`` handlers run on one more thread, an asyncio event loop (runner/aio.py), started
-only when the app registers one: at most ``async_workers`` at once (default ``workers``), their
-``ctx.db`` from an async pool of at most ``workers`` connections taken on first use, their
-heartbeats on two more. The loop thread claims, beats and times them out like sync runs, and
-their outcomes join the same completer batches.
+``async def`` handlers run on an asyncio event loop thread per lane (runner/aio.py says why
+one per lane), started on the lane's first async run: at most ``_async_slots(lane)`` at once
+(realtime: ``async_workers``, default ``workers``; another lane: its ``--lane-slots`` value,
+else ``async_workers``), their ``ctx.db`` from the lane's async pool of at most
+``min(that, workers)`` connections taken on first use, their heartbeats on two more. The loop
+thread claims, beats and times them out like sync runs, and their outcomes join the same
+completer batches.
 
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
@@ -229,7 +231,9 @@ class Worker:
         self._wake = threading.Event()
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._control: ConnectionPool[Any] | None = None
-        self._async: AsyncHandlers | None = None  # async def handlers' event loop, if any
+        # async def handlers: whether the app has any, and each lane's event loop (runner/aio.py)
+        self._has_async = any(job.is_async for job in self.jobs.values())
+        self._lane_async: dict[str, AsyncHandlers] = {}
         self._finished: queue.SimpleQueue[tuple[ClaimedRun, Outcome | None] | None] = queue.SimpleQueue()
         self._completer: threading.Thread | None = None
         # (run id, fence) -> the attempt this process is executing: by fence too, since one
@@ -301,10 +305,6 @@ class Worker:
         )
         for lane in self.served.lanes:  # each served lane's handler threads and ctx.db pool
             self._lane_resources(lane)
-        if any(job.is_async for job in self.jobs.values()):
-            self._async = AsyncHandlers(self.url, self.config.async_workers or self.config.workers,
-                                        self.config.workers, self._control, self._begin, self._done)
-            self._async.start()
         self._completer = threading.Thread(target=self._complete_forever, name="runner-completer",
                                            daemon=True)
         self._completer.start()
@@ -388,10 +388,11 @@ class Worker:
                                                     attempt_status="released")))
         with self._lane_lock:
             all_handlers, all_pools = list(self._lane_handlers.values()), list(self._lane_pools.values())
+            all_async = list(self._lane_async.values())
         for handlers in all_handlers:
             handlers.shutdown()
-        if self._async is not None:
-            self._async.shutdown()
+        for loop in all_async:
+            loop.shutdown()
         if self._completer is not None:
             self._finished.put(None)
             self._completer.join()
@@ -495,9 +496,12 @@ class Worker:
             self._pending.extend(self._hand_late_claims(waiting))
 
     def _take_over(self) -> None:
-        free = sum(max(self._free(lane), 0) for lane in self._claimable())
-        result = takeover.run_once(self._conn(), self.owner, list(self.jobs), free, default_lease=60.0,
-                                   lanes=None if self.served.every else self.served.lanes)
+        """Orphans of the served lanes only, each lane within its free in-flight room here
+        (``_cap`` minus its runs in flight): a takeover counts toward the lane's cap like a
+        claim, so a bulk process with one free slot takes over one bulk run, and a process
+        serving only realtime never takes a bulk run."""
+        free = {lane: max(self._free(lane), 0) for lane in self._claimable()}
+        result = takeover.run_once(self._conn(), self.owner, list(self.jobs), free, default_lease=60.0)
         self.stats["recovered"] += len(result.taken)
         for r in result.taken:
             self.metrics.of(self.metrics.takeovers, r.job_name).inc()
@@ -536,13 +540,36 @@ class Worker:
         if lane == lanes.REALTIME:
             return self.config.max_inflight or 2 * self._slots(lane)
         cap = self._slots(lane)
-        if self._async is not None and lane not in dict(self.config.lane_slots):
-            # an async handler holds no handler thread of its lane, and every lane's async
-            # handlers share the one event loop: without --lane-slots for the lane, its runs
-            # are bounded by --async-workers, as before lanes (a catch-up of 300 async
+        if self._has_async:
+            # an async handler holds no handler thread of its lane: the lane's async bound
+            # (``_async_slots``) may be wider than its threads (a catch-up of 300 async
             # partitions runs at once, not one by one)
-            cap = max(cap, self.config.async_workers or self.config.workers)
+            cap = max(cap, self._async_slots(lane))
         return cap
+
+    def _async_slots(self, lane: str) -> int:
+        """How many async handlers of a lane run at once on this process (its event loop's
+        semaphore, runner/aio.py): realtime ``--async-workers``; another lane its
+        ``--lane-slots`` value when given, else ``--async-workers`` (as before lanes)."""
+        wide = self.config.async_workers or self.config.workers
+        if lane == lanes.REALTIME:
+            return wide
+        return dict(self.config.lane_slots).get(lane, wide)
+
+    def _async_for(self, lane: str) -> AsyncHandlers:
+        """A lane's event loop for async handlers, started on the lane's first async run
+        (runner/aio.py: one loop per lane, so bulk async work never takes a realtime async
+        run's place or turn)."""
+        with self._lane_lock:
+            loop = self._lane_async.get(lane)
+            if loop is None:
+                assert self._control is not None
+                size = self._async_slots(lane)
+                loop = AsyncHandlers(self.url, size, min(size, self.config.workers), self._control,
+                                     self._begin, self._done, lane=lane)
+                loop.start()
+                self._lane_async[lane] = loop
+            return loop
 
     def _lane_resources(self, lane: str) -> tuple[HandlerPool, ConnectionPool[Any]]:
         """A lane's handler threads and ctx.db pool, made on first use (a run of a lane added
@@ -631,7 +658,8 @@ class Worker:
                 continue
             ranges = self._late[name]
             try:
-                decisions = misfire.run_once(self._conn(), self.jobs[name], now, ranges[0])
+                decisions = misfire.run_once(self._conn(), self.jobs[name], now, ranges[0],
+                                             prometheus_url=self.config.prometheus_url)
             except psycopg.Error as exc:
                 if not self._session_alive():
                     raise
@@ -821,8 +849,8 @@ class Worker:
             ctx: RunContext
             handlers, pool = self._lane_resources(run.lane)
             if job.is_async:
-                assert self._async is not None
-                ctx = actx = self._async.context(run, job)
+                aloop = self._async_for(run.lane)
+                ctx = actx = aloop.context(run, job)
             else:
                 ctx = JobContext(run, job, pool, self._control)
             with self._active_lock:
@@ -832,8 +860,7 @@ class Worker:
                   run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
             crash_point("after_claim")
             if job.is_async:
-                assert self._async is not None
-                self._async.submit(run, job, actx)
+                aloop.submit(run, job, actx)
             else:
                 handlers.submit(self._execute, run, ctx)
         self.metrics.inflight.set(self._inflight)

@@ -52,8 +52,12 @@ whole range): ``skip``, ``catch_up`` (every slot, as replay runs them), ``coales
 ``approve`` (held, as ``manual``) are decided here as above; ``backfill`` writes no run itself:
 it hands the range's slot x partitions that have no run, under the same row lock, to
 ``runner.tier_backfill_v1``, which creates one audited plan over them (at most
-``TIER_PLAN_BATCH`` runs a plan). Each decided row also gets its ``runner.misfire_decisions``
-row (tier, action, lateness, reason), in the same transaction.
+``TIER_PLAN_BATCH`` runs a plan), made paused when the tier's ``pause_when`` holds at that
+moment. With ``side_effects=True``, the late slots whose own earlier attempts left effects of
+unknown delivery are held for approval slot by slot (``Ruling.held_for``, runner/tiers.py
+says what concerns a slot), before the tier decides the others. Each decided row also gets
+its ``runner.misfire_decisions`` row (tier, action, lateness, reason), in the same
+transaction.
 
 Every decision is a run row with its reason in ``status_reason``. Slots outside the ranges
 handed over (older gaps) are not decided here: the gap scan (``runner.missing_slots``)
@@ -63,12 +67,14 @@ lists them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
+from runner import conditions
 from runner.app import JobDef
 from runner.events import event
 from runner.fanout import plan_slot
@@ -78,8 +84,10 @@ from runner.tiers import RUNS, Tier
 
 log = logging.getLogger("runner.misfire")
 Q = queries("misfire")
+BQ = queries("backfill")  # a plan's pause statements: one way to pause a plan
 
 BATCH = 1000
+UNSETTLED_LIMIT = 10_000  # runs with effects of unknown delivery read for a side-effects check
 TIER_PLAN_BATCH = 100_000  # slot x partitions in one plan of a backfill tier
 # a tier's action as the policy that decides its rows (backfill: a plan, not rows)
 _TIER_POLICY = {"skip": "skip", "catch_up": "catch_up", "coalesce": "coalesce",
@@ -118,19 +126,51 @@ class LateRange:
     first: datetime | None
     last: datetime
     ruling: Ruling | None = None  # misfire tiers: fixed when the range is first decided
+    # a coalesce tier of a job with side effects: the newest slot of the range not held for
+    # its own effects (the run that covers the others); fixed with the ruling
+    target: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """Effects of unknown delivery (``sent``, ``unknown``) left by the attempts of one run of
+    the job: its slot and idempotency key, how many, one key for the reason."""
+
+    slot: datetime
+    idempotency_key: str
+    effects: int
+    example: str
 
 
 @dataclass(frozen=True)
 class Ruling:
-    """How a job with misfire tiers decides one range: the tier its lateness picked, the
-    action (``approve`` instead when its side effects are not checked), the label of its
-    reasons."""
+    """How a job with misfire tiers decides one range: the tier its lateness picked, its
+    action, the label of its reasons; with ``side_effects=True`` and a tier that runs slots,
+    the job's runs whose effects are of unknown delivery (each late slot they concern is held
+    for approval instead: ``held_for``)."""
 
     tier: Tier
     action: str
     lateness: timedelta
     label: str
     alert: bool
+    unsettled: tuple[Unsettled, ...] = ()
+
+    def held_for(self, slot: datetime, keys: Sequence[str]) -> tuple[int, str] | None:
+        """Whether a late slot (the idempotency keys of its rows) is held for its own effects:
+        (how many effects, one key) when an earlier attempt at that slot, or of a run with
+        one of its keys (the same window and partition), left an effect of unknown delivery."""
+        mine = [u for u in self.unsettled if u.slot == slot or u.idempotency_key in keys]
+        if not mine:
+            return None
+        return sum(u.effects for u in mine), min(u.example for u in mine)
+
+    def holding(self, count: int, example: str) -> Ruling:
+        """The ruling of a slot held for its own effects: action approve, alerted."""
+        return Ruling(self.tier, "approve", self.lateness,
+                      f"{self.label.split('; side effects')[0]}; side effects not checked for this slot: "
+                      f"{count} effect(s) of its earlier attempts of unknown delivery (e.g. {example!r}): "
+                      "resolve them, then runner approve", alert=True)
 
 
 def cutoff_for(job: JobDef, now: datetime) -> datetime:
@@ -157,9 +197,10 @@ def start_of_downtime(conn: psycopg.Connection[Any], job: JobDef, last: datetime
 
 
 def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: LateRange,
-             batch: int = BATCH) -> Decisions:
+             batch: int = BATCH, prometheus_url: str | None = None) -> Decisions:
     """Decide up to about ``batch`` late slot × partitions of ``late`` (one transaction);
-    advances ``late.first``."""
+    advances ``late.first``. ``prometheus_url``: where a backfill tier's Prometheus pause
+    condition is asked when its plan is created."""
     sched = job.schedule
     result = Decisions()
     with conn.transaction():
@@ -181,28 +222,35 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
         pauses = conn.execute(Q["pauses"], {"job_name": job.name, "first": late.first,
                                             "last": late.last}).fetchall()
         policy, label = job.misfire, f"misfire={job.misfire}"
+        newest = late.last  # the slot a coalesced range runs at
         if job.misfire_tiers is not None:
             if late.ruling is None:
                 late.ruling = _rule(conn, job, now - late.first)
+                if late.ruling.unsettled and late.ruling.action == "coalesce":
+                    late.target = _coalesce_target(conn, job, late, pauses)
             policy, label = _TIER_POLICY[late.ruling.action], late.ruling.label
             if policy == "backfill":
                 batch = max(batch, TIER_PLAN_BATCH)
+            if late.ruling.unsettled and late.ruling.action == "coalesce":
+                newest = late.target or late.last
         replayed = _replay_set(job, late, now) if policy == "replay" else set()
         candidates: list[_Row] = []
         slot = late.first
         while slot <= late.last and len(candidates) < batch:
             if not any(lo <= slot < hi for lo, hi in pauses):
-                candidates.extend(_decide(conn, job, slot, late.last, replayed, now, policy, label))
+                candidates.extend(_decide(conn, job, slot, newest, replayed, now, policy, label))
             slot = sched.next_after(slot)
         result.more = slot <= late.last
         result.next_first = slot if result.more else None
         late.first = slot
         rows = _without_runs(conn, job, candidates)
+        if late.ruling is not None and late.ruling.unsettled:
+            rows = _hold_unsettled(conn, job, rows, late.ruling, now, result)
         if policy == "backfill":
-            _tier_plan(conn, job, rows, late.ruling, now, result)
+            _tier_plan(conn, job, rows, late.ruling, now, result, prometheus_url)
         else:
             if policy == "coalesce":
-                rows = _coalesce(conn, job, rows, late.last, now, result, label, late.ruling)
+                rows = _coalesce(conn, job, rows, newest, now, result, label, late.ruling)
             replays = [r for r in rows if r.status == "pending"]
             group = _replay_plan(conn, job, replays) if replays and job.verify is not None else None
             _record(conn, job, rows, now, result, group, late.ruling)
@@ -215,21 +263,63 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
 
 
 def _rule(conn: psycopg.Connection[Any], job: JobDef, lateness: timedelta) -> Ruling:
-    """The tier of a range this late; held for approval instead when the job declares side
-    effects and some effect of it is of unknown delivery (a catch-up could repeat it)."""
+    """The tier of a range this late. With ``side_effects=True`` and a tier that runs slots,
+    the job's runs that left effects of unknown delivery are read once (fixed with the ruling):
+    the late slots they concern are held for approval, slot by slot (``_hold_unsettled``);
+    every other slot follows the tier."""
     assert job.misfire_tiers is not None
     tier, covers = job.misfire_tiers.pick(lateness)
     label = f"misfire tier {covers}, missed for {_human(lateness)}"
+    unsettled: tuple[Unsettled, ...] = ()
     if job.misfire_tiers.side_effects and tier.action in RUNS:
-        row = conn.execute(Q["unresolved_effects"], {"job_name": job.name}).fetchone()
-        unresolved, example = (row[0], row[1]) if row is not None else (0, None)
-        if unresolved:
-            return Ruling(tier, "approve", lateness,
-                          f"{label}; side effects not checked: {unresolved} effect(s) of the job of "
-                          f"unknown delivery (e.g. {example!r}): resolve them, then runner approve",
-                          alert=True)
-        label += "; side effects checked (no effect of unknown delivery)"
-    return Ruling(tier, tier.action, lateness, label, tier.alert)
+        unsettled = tuple(Unsettled(*row) for row in conn.execute(
+            Q["unresolved_effects"], {"job_name": job.name, "limit": UNSETTLED_LIMIT}).fetchall())
+        label += "; side effects checked (no effect of unknown delivery left by this slot's attempts)"
+    return Ruling(tier, tier.action, lateness, label, tier.alert, unsettled)
+
+
+def _keys(job: JobDef, rows: Sequence[_Row]) -> list[str]:
+    return [idempotency_key(job.name, r.window_start, r.window_end, r.partition, job.version) for r in rows]
+
+
+def _hold_unsettled(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], ruling: Ruling,
+                    now: datetime, result: Decisions) -> list[_Row]:
+    """Rows of the late slots whose own earlier attempts left effects of unknown delivery
+    (``Ruling.held_for``), recorded ``awaiting_approval`` (action approve, alerted, the effect
+    named in the reason); returns the others, which follow the tier."""
+    by_slot: dict[datetime, list[_Row]] = {}
+    for r in rows:
+        by_slot.setdefault(r.slot, []).append(r)
+    kept: list[_Row] = []
+    for slot, mine in by_slot.items():
+        held = ruling.held_for(slot, _keys(job, mine))
+        if held is None:
+            kept.extend(mine)
+            continue
+        holding = ruling.holding(*held)
+        late = _human(now - slot)
+        _record(conn, job, [_Row(r.slot, r.partition, r.window_start, r.window_end, "awaiting_approval",
+                                 f"{holding.label}: late by {late}; held for approval") for r in mine],
+                now, result, None, holding)
+    return kept
+
+
+def _coalesce_target(conn: psycopg.Connection[Any], job: JobDef, late: LateRange,
+                     pauses: Sequence[tuple[datetime, datetime]]) -> datetime | None:
+    """The newest slot of the range that is not held for its own effects: the coalescing run
+    goes there (a held slot cannot cover the others). None: every slot is held."""
+    assert late.ruling is not None and late.first is not None
+    slot = job.schedule.latest_at_or_before(late.last)
+    while slot >= late.first:
+        if not any(lo <= slot < hi for lo, hi in pauses):
+            plan = plan_slot(conn, job, slot)
+            if plan.error is None and plan.window_start is not None and plan.window_end is not None:
+                keys = [idempotency_key(job.name, plan.window_start, plan.window_end, p, job.version)
+                        for p in plan.partitions]
+                if late.ruling.held_for(slot, keys) is None:
+                    return slot
+        slot = job.schedule.prev_before(slot)
+    return None
 
 
 def _replay_set(job: JobDef, late: LateRange, now: datetime) -> set[datetime]:
@@ -371,14 +461,28 @@ def _record(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], now: d
 
 
 def _tier_plan(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], ruling: Ruling | None,
-               now: datetime, result: Decisions) -> None:
+               now: datetime, result: Decisions, prometheus_url: str | None = None) -> None:
     """The plan of a backfill tier over ``rows`` (slot x partitions with no run), through
     runner.tier_backfill_v1: audited like ``runner backfill``, its options from the job's
     stored tier, one plan however many processes decide (it takes the job's row lock too
-    and refuses rows that have a run)."""
+    and refuses rows that have a run).
+
+    A tier with ``pause_when`` has its condition evaluated before the plan is made (as the
+    condition role, on a short connection of its own: conditions.evaluate_apart, as ``runner
+    backfill`` does), and a condition true, or failing, then makes the plan *paused* in the
+    same transaction, with the cause recorded as every pause records it (pause_reason,
+    pause_cause ``condition`` or ``condition_error``, pauses): no process ever sees it running
+    and starts a run the condition would have stopped."""
     if not rows:
         return
     assert ruling is not None
+    pause = None
+    if ruling.tier.pause_when is not None:
+        evaluated = conditions.evaluate_apart(conn, ruling.tier.pause_when, prometheus_url)
+        if evaluated.error is not None:
+            pause = f"pause_when failed when the plan was created: {evaluated.error}"
+        elif evaluated.value:
+            pause = "pause_when returned true when the plan was created"
     slots = sorted({r.slot for r in rows})
     row = conn.execute(Q["tier_backfill"], {
         "job_name": job.name, "tier": ruling.tier.name, "lateness": ruling.lateness,
@@ -387,9 +491,13 @@ def _tier_plan(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row], rul
                   f"{slots[-1].isoformat()}",
         "now": None}).fetchone()
     assert row is not None
+    if pause is not None:
+        conn.execute(BQ["pause_checked"], {"plan_id": row[0], "now": None})
+        conn.execute(BQ["pause_plan"], {"plan_id": row[0], "reason": pause[:1000], "now": None})
     result.counts["backfill"] = result.counts.get("backfill", 0) + row[2]
-    log.warning("job %r: missed for %s; misfire tier %r created backfill %s (%s run(s), lane %s)",
-                job.name, _human(ruling.lateness), ruling.tier.name, row[0], row[2], ruling.tier.lane)
+    log.warning("job %r: missed for %s; misfire tier %r created backfill %s (%s run(s), lane %s%s)",
+                job.name, _human(ruling.lateness), ruling.tier.name, row[0], row[2], ruling.tier.lane,
+                f", paused: {pause}" if pause else "")
 
 
 def _human(delta: timedelta) -> str:

@@ -10,6 +10,12 @@ attempt: a run whose owners died that many times (a handler that kills its proce
 ``dead`` instead of being taken over again. Detection needs no heartbeat timeout, only the
 next pass of the loop (every poll interval, 1 s by default).
 
+Lanes (runner/lanes.py): a process takes over only runs of the lanes it serves, and each lane
+at most its free in-flight room on the process (``limit`` maps lane -> room; the statement
+numbers each lane's orphans, oldest first, and keeps that many), so a takeover counts toward
+the lane's cap exactly as a claim does. Ending squatters and hung owners is lane-blind: a
+session is ended for what it holds, and its runs then wait for a process serving their lane.
+
 A *hung* owner still holds its lock but has stopped beating: its process is stopped
 (SIGSTOP), partitioned or wedged. Past its job's lease, ``run_once`` ends the holder's
 session with ``pg_terminate_backend`` (which needs the ``pg_signal_backend`` role, the same
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,10 +59,11 @@ class TakeoverResult:
     terminated: list[ledger.HungOwner]
 
 
-def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str], limit: int,
-             default_lease: float = DEFAULT_LEASE, lanes: Sequence[str] | None = None) -> TakeoverResult:
+def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
+             limit: int | Mapping[str, int], default_lease: float = DEFAULT_LEASE) -> TakeoverResult:
     """One pass: end squatters and hung owners past their lease, then take over runs with
-    no live owner (at most ``limit``; only runs of ``lanes``, None: every lane). ``conn``
+    no live owner: ``limit`` maps each lane this process serves to its free in-flight room
+    here (a lane not in it is not taken from); an int: any lane, that many in all. ``conn``
     must be this process's lock session."""
     _end_squatters(conn, owner.namespace)
     hung = ledger.end_hung_owners(conn, job_names, default_lease)
@@ -69,8 +76,8 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
                       "runner may not end it (grant pg_signal_backend)", h.run_id, h.holder_pid,
                       h.heartbeat_at.isoformat())
     taken: list[ClaimedRun] = []
-    if limit > 0:
-        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit, lanes=lanes)
+    if (limit if isinstance(limit, int) else sum(max(n, 0) for n in limit.values())) > 0:
+        taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
         if dead:
             ledger.unlock_runs(conn, owner.namespace, dead)
         for run_id in dead:

@@ -43,11 +43,32 @@ its plan not finished, or its runs still awaiting approval.
 
 **Side effects.** ``side_effects=True`` (a job that sends mail, calls APIs, pays): before a
 tier that would run slots (``catch_up``, ``coalesce``, ``backfill``) applies, the duty checks
-the job's effect log (runner/effects.py): an effect of the job whose delivery is unknown
-(``sent`` or ``unknown``) means a catch-up could repeat what may already have happened, so
-the range is held ``awaiting_approval`` instead (alerted), whatever its lateness; with none,
-the tier applies and its reason says the effects were checked. What it cannot check: effects
-a handler sends without ``ctx.effect``.
+the job's effect log (runner/effects.py) *slot by slot*. A late slot is held
+``awaiting_approval`` instead (action ``approve``, alerted, the effect named in its reason)
+only when its own earlier attempts left an effect of unknown delivery (``sent`` or
+``unknown``), i.e. a catch-up of *that* slot could repeat what may already have happened: an
+attempt of a run of the job at the same slot (a slot claimed for some partitions before the
+outage), or of a run with one of the slot's idempotency keys (the same window and partition,
+e.g. several slots sharing a business window). Every other slot follows its tier: one unknown
+effect last week no longer holds today's three-minute catch-up. A ``coalesce`` tier runs at
+the newest slot of the range that is not held (a held slot cannot cover the others). The
+runs with unknown effects are read once, when the range is first ruled (at most
+``misfire.UNSETTLED_LIMIT``, newest first), like the tier itself. What it cannot check:
+effects a handler sends without ``ctx.effect``, and effects whose run was pruned (their
+``run_id`` is NULL: they concern no slot). Holding, not deferring: a held slot has its run
+row and reason at once, and ``runner approve`` is the one way forward, as for an ``approve``
+tier.
+
+**A backfill tier's pause condition** (``pause_when``) is evaluated when the tier makes its
+plan, before any run of it can start: as the condition role, on a short connection of its own
+(runner/conditions.py ``evaluate_apart``, as ``runner backfill`` does at creation). True, or
+failing, and the plan is made paused in the same transaction that made it, its cause recorded
+as every pause records it (``pause_reason`` "pause_when returned true when the plan was
+created" or "pause_when failed when the plan was created: ...", ``pause_cause`` ``condition``
+or ``condition_error``, ``pauses`` counted): no process ever sees it running. An operator
+resumes it (``runner backfill resume``); from then on the condition duty checks it as any
+plan's. The loop waits for that one evaluation (its statement timeout is 1 s; a Prometheus
+query's 3 s), once per plan.
 
 **The record.** Every slot x partition a tier decides has a row in ``runner.misfire_decisions``
 (its run, tier, action, the range's lateness and the slot's own, the reason, the plan), kept

@@ -50,10 +50,22 @@ fetched; on a connection of its own (``application_name`` runner-verify-sql), ne
 loop's, closed when the verification ends. A query that left an advisory lock behind fails
 and the lock is released. Until sql/roles.sql ran (and granted the condition role SELECT
 on the tables the checks read), SQL kinds are errors saying so. Python kinds are the job's
-own code: they run with the runner's login on the verification's connection, in a
-transaction rolled back afterwards, with the same statement timeout on what they execute.
-Python cannot stop a thread: a Python kind that never returns holds the verification's
-thread (never the loop's), and the plan stays unverified until ``runner backfill verify``.
+own code: they run with the runner's login on a connection of their own
+(``runner-verify-python``), in a transaction rolled back afterwards, with the same statement
+timeout on what they execute.
+
+**A wall-clock limit for Python kinds.** A statement timeout stops SQL, not Python: a callable
+blocked in a socket read, a lock of its own or ``time.sleep`` would hold the verification
+forever. Each call of a Python callable (a kind's query, ``expect`` or ``present``, and a
+job's single check) therefore runs on a thread of its own, and the verification waits for it
+at most the kind's ``timeout`` (60 s unless the kind says otherwise; 10 minutes for a single
+check): past it, the kind's outcome is ``error`` with a detail starting ``timeout:``, and the
+other kinds still run. Python cannot kill a thread, so the call is *abandoned*: its running
+statement is cancelled, the server ends its session once it idles in its transaction (the
+transaction's ``idle_in_transaction_session_timeout`` is the same limit, so an abandoned call
+never holds a snapshot or a lock for long), the next Python kind gets a new connection, and
+the abandoned thread (a daemon) closes its connection if it ever returns; whatever it
+returns then is ignored.
 
 Declarations are checked when the job is registered (``check``): a wrong kind, an empty
 query, a parameter the kind does not know, a ``min_passing`` that the kinds cannot reach,
@@ -62,20 +74,23 @@ two kinds with the same name — each a one-line ``JobDefinitionError``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import psycopg
 
 from runner.sqlfiles import queries
 
 Q = queries("verification")
+T = TypeVar("T")
 
 KINDS = ("count", "checksum", "sample_keys", "residual")
 DEFAULT_MIN_PASSING = 2
@@ -300,11 +315,13 @@ class Session:
         self.conn = conn
         self.start, self.end = start, end
         self._apart: psycopg.Connection[Any] | None = None
+        self._py: psycopg.Connection[Any] | None = None  # Python kinds' connection
 
     def close(self) -> None:
-        if self._apart is not None:
-            self._apart.close()
-            self._apart = None
+        for own in (self._apart, self._py):
+            if own is not None:
+                own.close()
+        self._apart = self._py = None
 
     def __enter__(self) -> Session:
         return self
@@ -345,29 +362,82 @@ class Session:
         out = [json.loads(r[0], parse_float=Decimal) for r in found]
         return out[:max_rows], len(out) > max_rows
 
+    def _python_conn(self) -> psycopg.Connection[Any]:
+        if self._py is None or self._py.closed or self._py.broken:
+            info = self.conn.info
+            self._py = psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
+                                       application_name="runner-verify-python")
+            self._py.execute("SET TIME ZONE 'UTC'")
+        return self._py
+
+    def python(self, work: Callable[[psycopg.Connection[Any]], T], timeout: float, what: str) -> T:
+        """``work(conn)``, the job's own Python, within ``timeout`` seconds of wall clock (module
+        docstring): on the Python kinds' connection, in a transaction rolled back afterwards,
+        with ``timeout`` as its statement and idle-in-transaction timeouts, on a thread of its
+        own. Past the limit, the call is abandoned: its statement is cancelled, the server ends
+        its session once it idles (the thread closes the connection if it ever returns), the
+        next call gets a new connection, and KindFailed says timeout."""
+        conn = self._python_conn()
+        limit = f"{max(int(timeout * 1000), 1)}ms"
+        box: dict[str, Any] = {}
+        state = {"done": False, "abandoned": False}
+        lock = threading.Lock()
+        finished = threading.Event()
+
+        def body() -> None:
+            try:
+                with conn.transaction(force_rollback=True):
+                    conn.execute(Q["time_limit"], {"timeout": limit})
+                    box["value"] = work(conn)
+            except BaseException as exc:  # handed to the caller
+                box["error"] = exc
+            finally:
+                with lock:
+                    state["done"] = True
+                    abandoned = state["abandoned"]
+                finished.set()
+                if abandoned:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+
+        threading.Thread(target=body, name="runner-verify-python", daemon=True).start()
+        if not finished.wait(timeout):
+            with lock:
+                state["abandoned"] = not state["done"]
+            if state["abandoned"]:
+                self._py = None
+                with contextlib.suppress(Exception):
+                    conn.cancel_safe(timeout=1.0)
+                raise KindFailed(f"timeout: {what} did not return within {timeout:g}s (its wall-clock "
+                                 "limit); abandoned")
+        if "error" in box:
+            raise box["error"]
+        return cast(T, box["value"])
+
     def _python_rows(self, fn: Callable[..., Any], partition: str, max_rows: int, timeout: float,
                      keys: list[str] | None) -> tuple[list[list[Any]], bool]:
-        args: list[Any] = [self.conn, self.start, self.end, partition]
-        if keys is not None:
-            args.append(keys)
-        with self.conn.transaction(force_rollback=True):
-            self.conn.execute(Q["time_limit"], {"timeout": f"{int(timeout * 1000)}ms"})
+        def work(conn: psycopg.Connection[Any]) -> list[list[Any]]:
+            args: list[Any] = [conn, self.start, self.end, partition]
+            if keys is not None:
+                args.append(keys)
             value = fn(*args)
             if not isinstance(value, Iterable) or isinstance(value, str | bytes):
-                return [[value]], False
+                return [[value]]
             out: list[list[Any]] = []
             for item in value:
                 out.append(list(item) if isinstance(item, list | tuple) else [item])
                 if len(out) > max_rows:
                     break
+            return out
+
+        out = self.python(work, timeout, _named(fn))
         return out[:max_rows], len(out) > max_rows
 
     def scalar(self, source: Source, partition: str, timeout: float) -> Any:
         """The one value of ``source`` (one row, one column; a callable returns the value)."""
-        if source.fn is not None:
-            with self.conn.transaction(force_rollback=True):
-                self.conn.execute(Q["time_limit"], {"timeout": f"{int(timeout * 1000)}ms"})
-                return source.fn(self.conn, self.start, self.end, partition)
+        fn = source.fn
+        if fn is not None:
+            return self.python(lambda conn: fn(conn, self.start, self.end, partition), timeout, _named(fn))
         found, more = self.rows(source, partition, 1, timeout)
         if more or len(found) != 1:
             many = "more than one" if more else "no"
@@ -375,6 +445,10 @@ class Session:
         if len(found[0]) != 1:
             raise KindFailed(f"the query returned {len(found[0])} columns (it must return one value)")
         return found[0][0]
+
+
+def _named(fn: Callable[..., Any]) -> str:
+    return f"the Python callable {getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 def _integer(value: Any, what: str) -> int:

@@ -44,7 +44,7 @@ def test_async_handler_succeeds_on_the_runners_event_loop(db_url: str) -> None:
     assert app.jobs["async-ok"].is_async
     with running_worker(app, db_url):
         eventually(lambda: count(db_url, "status = 'succeeded'") >= 2, message="two successes")
-    assert {s["thread"] for s in seen} == {"runner-async"}
+    assert {s["thread"] for s in seen} == {"runner-async-realtime"}  # the lane's event loop
     assert len({id(s["loop"]) for s in seen}) == 1  # one loop for every attempt
     assert {(s["partition"], s["ctx"]) for s in seen} == {("p1", "AsyncJobContext")}
     assert_ledger_clean(db_url)

@@ -115,3 +115,14 @@ def test_hot_tables_vacuum_by_churn_not_by_size(db_url: str) -> None:
     assert rows(db_url, RELOPTIONS) == [("attempts", None), ("job_runs", None)]
     migrate.upgrade(db_url)
     assert all(set(options or []) == HOT_TABLE_SETTINGS for _, options in rows(db_url, RELOPTIONS))
+
+
+def test_replay_plans_are_tagged_correction_from_0018_and_catch_up_before(db_url: str) -> None:
+    """Revision 0018_recovery: runner.record_replay_plan_v1 tags a replay's plan with its lane,
+    correction; its downgrade restores the function 0007_security shipped (tag catch_up)."""
+    body = "SELECT prosrc FROM pg_proc WHERE proname = 'record_replay_plan_v1'"
+    assert "'correction', 1" in rows(db_url, body)[0][0]
+    migrate.downgrade(db_url, "0016_health")
+    assert "'catch_up', 1" in rows(db_url, body)[0][0]
+    migrate.upgrade(db_url)
+    assert "'correction', 1" in rows(db_url, body)[0][0]

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from runner import JobDefinitionError, Runner, ledger, misfire, tiers
+from runner.schedule import idempotency_key
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 T0 = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)
@@ -224,17 +225,111 @@ def test_the_plan_function_refuses_slots_that_have_a_run(conn: Any) -> None:
 # -- side effects ---------------------------------------------------------------------------
 
 
-def test_side_effects_of_unknown_delivery_hold_the_range(conn: Any) -> None:
-    app = tiered_app(side_effects=True)
-    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - MIN)
+def seed_run(conn: Any, job: Any, slot: datetime, partition: str, status: str,
+             effect: str | None = None, effect_status: str = "unknown") -> int:
+    """An earlier run of ``job`` at ``slot`` x ``partition`` (one attempt), and an effect its
+    attempt left (``effect_status``: unknown, sent or confirmed)."""
+    start, end = job.window_for(slot)
+    key = idempotency_key(job.name, start, end, partition, job.version)
+    attempt_status = {"succeeded": "succeeded"}.get(status, "failed")
+    run_id = conn.execute(
+        "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date, window_start,"
+        " window_end, status, trigger, attempt, fence, idempotency_key, started_at, finished_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, 'schedule', 1, 1, %s, %s, %s) RETURNING id",
+        (job.name, slot, partition, job.schedule.business_date(start), start, end, status, key, slot,
+         slot + timedelta(seconds=1))).fetchone()[0]
+    conn.execute("INSERT INTO runner.attempts (run_id, attempt, fence, trigger, owner_host, owner_pid,"
+                 " owner_instance, lock_key, started_at, heartbeat_at, finished_at, status)"
+                 " VALUES (%s, 1, 1, 'schedule', 'seed', 1, gen_random_uuid(), runner.lock_key_v1(21077, %s),"
+                 " %s, %s, %s, %s)", (run_id, run_id, slot, slot, slot + timedelta(seconds=1), attempt_status))
+    if effect is not None:
+        confirmed = effect_status == "confirmed"
+        conn.execute("INSERT INTO runner.effects (effect_key, run_id, job_name, partition_key, status, attempt,"
+                     " fence, send_count, confirmed_by, confirmed_at)"
+                     " VALUES (%s, %s, %s, %s, %s, 1, 1, 1, %s, %s)",
+                     (effect, run_id, job.name, partition, effect_status, "send" if confirmed else None,
+                      slot if confirmed else None))
+    return int(run_id)
+
+
+def decide_from(conn: Any, app: Runner, first: datetime, now: datetime) -> misfire.Decisions:
+    """The late slots [first, now - grace] of ``late``, decided."""
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - 20 * MIN)
+    job = app.jobs["late"]
+    late = misfire.LateRange(first, job.schedule.latest_at_or_before(misfire.cutoff_for(job, now)))
+    total = misfire.Decisions()
+    while True:
+        got = misfire.run_once(conn, job, now, late)
+        for k, v in got.counts.items():
+            total.counts[k] = total.counts.get(k, 0) + v
+        if not got.more:
+            return total
+
+
+def by_slot(conn: Any) -> dict[tuple[datetime, str], tuple[str, str]]:
+    return {(s, p): (a, st) for s, p, a, st in conn.execute(
+        "SELECT d.schedule_slot, d.partition_key, d.action, r.status FROM runner.misfire_decisions d"
+        " JOIN runner.job_runs r ON r.id = d.run_id").fetchall()}
+
+
+def test_side_effects_hold_only_the_slots_whose_own_attempts_left_them_unknown(conn: Any) -> None:
+    """Slot T0+1m's partition a ran and left an effect of unknown delivery; its partition b is
+    late. Only that slot is held; the job's other unknown effects (a slot outside the range, a
+    run pruned) and a confirmed one hold nothing: the other slots follow their tier."""
+    app = tiered_app(partitions=["a", "b"], side_effects=True)
+    job = app.jobs["late"]
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - 20 * MIN)
+    seed_run(conn, job, T0 + MIN, "a", "dead", "late:T0+1m:a:mail")
+    seed_run(conn, job, T0 + 2 * MIN, "a", "succeeded", "late:T0+2m:a:mail", "confirmed")
+    seed_run(conn, job, T0 - 10 * MIN, "a", "dead", "late:T0-10m:a:mail", "sent")
     conn.execute("INSERT INTO runner.effects (effect_key, job_name, status, attempt, fence, send_count)"
-                 " VALUES ('late:mail', 'late', 'unknown', 1, 1, 1)")
-    counts = decide(conn, app, T0 + 3 * MIN)
-    assert counts.counts == {"awaiting_approval": 3}
-    assert decisions(conn) == [("catch_up", "approve", 3, 3 * MIN, 1)]
-    reason = scalar_of(conn, "SELECT reason FROM runner.misfire_decisions LIMIT 1")
-    assert "side effects not checked: 1 effect(s) of the job of unknown delivery (e.g. 'late:mail')" in reason
+                 " VALUES ('late:pruned:mail', 'late', 'unknown', 1, 1, 1)")
+    counts = decide_from(conn, app, T0, T0 + 3 * MIN)
+    assert counts.counts == {"awaiting_approval": 1, "pending": 3}
+    assert by_slot(conn) == {
+        (T0, "a"): ("catch_up", "pending"), (T0, "b"): ("catch_up", "pending"),
+        (T0 + MIN, "b"): ("approve", "awaiting_approval"), (T0 + 2 * MIN, "b"): ("catch_up", "pending")}
+    reasons = dict(conn.execute("SELECT action, reason FROM runner.misfire_decisions").fetchall())
+    assert ("side effects not checked for this slot: 1 effect(s) of its earlier attempts of unknown delivery"
+            " (e.g. 'late:T0+1m:a:mail'): resolve them, then runner approve") in reasons["approve"]
+    assert "side effects checked (no effect of unknown delivery left by this slot's attempts)" in reasons["catch_up"]
     assert scalar_of(conn, "SELECT count(*) FROM runner.alerts WHERE kind = 'misfire_tier'") == 1
+
+
+def test_side_effects_of_a_run_with_the_slots_key_hold_it(conn: Any) -> None:
+    """Slots of one hour share their window (and so their idempotency key): an unknown effect
+    of the hour's earlier run holds every late slot of that hour, not the next hour's."""
+    def hourly(slot: datetime) -> tuple[datetime, datetime]:
+        start = slot.replace(minute=0, second=0, microsecond=0)
+        return start, start + timedelta(hours=1)
+
+    app = tiered_app(("1d", "catch_up"), (None, "approve"), every="20m", window=hourly, side_effects=True)
+    job = app.jobs["late"]
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - 20 * MIN)
+    seed_run(conn, job, T0 - 20 * MIN, "", "dead", "late:hour-2:mail")  # window [T0 - 1h, T0): none late
+    seed_run(conn, job, T0 + 40 * MIN, "", "dead", "late:hour-3:mail")  # window [T0, T0 + 1h)
+    counts = decide_from(conn, app, T0, T0 + 90 * MIN)  # T0, +20m (the hour's); +60m, +80m (the next)
+    assert counts.counts == {"awaiting_approval": 2, "pending": 2}
+    assert {s: a for (s, _), (a, _) in by_slot(conn).items()} == {
+        T0: "approve", T0 + 20 * MIN: "approve", T0 + 60 * MIN: "catch_up", T0 + 80 * MIN: "catch_up"}
+
+
+def test_a_coalesce_tier_runs_at_the_newest_slot_not_held(conn: Any) -> None:
+    """30 minutes missed: coalesced. The newest late slot is held for its own effect, so the
+    run that covers the range is the slot before it."""
+    app = tiered_app(partitions=["a", "b"], side_effects=True)
+    job = app.jobs["late"]
+    ledger.sync_jobs(conn, list(app.jobs.values()), now=T0 - 20 * MIN)
+    seed_run(conn, job, T0 + 29 * MIN, "a", "dead", "late:T0+29m:a:mail")
+    counts = decide_from(conn, app, T0, T0 + 30 * MIN)
+    assert counts.counts == {"awaiting_approval": 1, "pending": 2, "coalesced": 56}
+    got = by_slot(conn)
+    assert got[(T0 + 29 * MIN, "b")] == ("approve", "awaiting_approval")
+    assert got[(T0 + 28 * MIN, "a")] == ("coalesce", "pending") == got[(T0 + 28 * MIN, "b")]
+    assert conn.execute("SELECT DISTINCT coalesced_into_slot FROM runner.job_runs WHERE status = 'coalesced'"
+                        ).fetchall() == [(T0 + 28 * MIN,)]
+    assert conn.execute("SELECT min(window_start) FROM runner.job_runs WHERE schedule_slot = %s",
+                        (T0 + 28 * MIN,)).fetchone()[0] == T0 - MIN  # it covers the range from its start
 
 
 def test_side_effects_checked_clean_let_the_tier_apply(conn: Any) -> None:
@@ -242,7 +337,35 @@ def test_side_effects_checked_clean_let_the_tier_apply(conn: Any) -> None:
     counts = decide(conn, tiered_app(side_effects=True), T0 + 3 * MIN)
     assert counts.counts == {"pending": 3}
     reason = scalar_of(conn, "SELECT reason FROM runner.misfire_decisions LIMIT 1")
-    assert "side effects checked (no effect of unknown delivery)" in reason
+    assert "side effects checked (no effect of unknown delivery left by this slot's attempts)" in reason
+
+
+# -- a backfill tier's pause condition, when its plan is made ---------------------------------
+
+
+@pytest.mark.parametrize(("condition", "roles", "status", "cause"), [
+    ("SELECT true", True, "paused", "condition"),
+    ("SELECT false", True, "running", None),
+    ("SELECT true", False, "paused", "condition_error"),  # before sql/roles.sql: the function refuses
+])
+def test_a_backfill_tiers_pause_condition_is_evaluated_when_its_plan_is_made(
+        db_url: str, db_roles: Any, condition: str, roles: bool, status: str, cause: str | None) -> None:
+    if roles:
+        db_roles.apply(db_url)
+    app = tiered_app(("5m", "catch_up"), ("1h", "coalesce"), ("24h", "backfill", {"pause_when": condition}),
+                     (None, "approve"))
+    with psycopg.connect(db_url, autocommit=True) as c:
+        decide(c, app, T0 + 2 * 60 * MIN)
+        plan = c.execute("SELECT status, pause_cause, pauses, pause_reason, paused_at = created_at,"
+                         " pause_checked_at = created_at FROM runner.backfills").fetchall()
+    assert len(plan) == 1 and plan[0][:2] == (status, cause)
+    if status == "paused":
+        # paused in the transaction that made it (one timestamp), counted like every pause
+        assert plan[0][2] == {cause: 1} and plan[0][4] is True and plan[0][5] is True
+        assert plan[0][3].startswith("pause_when returned true when the plan was created" if cause == "condition"
+                                     else "pause_when failed when the plan was created: ")
+    else:
+        assert plan[0][2] == {} and plan[0][3] is None
 
 
 # -- real runner start processes --------------------------------------------------------------
@@ -320,4 +443,88 @@ def test_two_runners_back_after_a_two_hour_outage_make_one_plan(db_url: str, tmp
     assert scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions WHERE backfill_id = %s",
                   (plans[0][0],)) == plans[0][4]
     assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind = 'misfire_tier'") == 0
+    assert_ledger_clean(db_url)
+
+
+def test_real_runner_holds_only_the_slot_whose_attempts_left_effects_unknown(db_url: str, tmp_path: Path) -> None:
+    """A job with side effects missed 6 minutes. Before the outage, slot S1 ran (both
+    partitions) and left an unknown effect, slot S2's partition a left one, slot S3's a
+    confirmed one. The runner that comes back holds S2's partition b alone; S3's and every
+    other slot are caught up, though the job has two effects of unknown delivery."""
+    from tests.apps.tiers import effects_app_for
+
+    env = _base(db_url)
+    base = datetime.fromisoformat(env["TIERS_BASE"])
+    app = effects_app_for(base)
+    job = app.jobs["mailer"]
+    s1 = base.replace(second=0, microsecond=0) - 5 * MIN
+    s2, s3 = s1 + 2 * MIN, s1 + 3 * MIN
+    with psycopg.connect(db_url, autocommit=True) as c:
+        ledger.sync_jobs(c, [job])
+        seed_run(c, job, s1, "a", "dead", "mail:s1:a")
+        seed_run(c, job, s1, "b", "succeeded")
+        seed_run(c, job, s2, "a", "dead", "mail:s2:a")
+        seed_run(c, job, s3, "a", "succeeded", "mail:s3:a", "confirmed")
+    proc = RunnerProcess(f"{TIER_APPS}:effects_app", db_url, "--poll-interval", "0.2", env=env,
+                         log=tmp_path / "runner.log")
+    try:
+        def caught_up() -> bool:
+            return scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE trigger = 'catch_up'"
+                                  " AND status <> 'succeeded' AND status <> 'awaiting_approval'") == 0 \
+                and scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions WHERE schedule_slot = %s",
+                           (s1 + MIN,)) == 2
+        eventually(caught_up, timeout=40, message="the downtime decided and caught up")
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    got = rows(db_url, "SELECT d.schedule_slot, d.partition_key, d.action, r.status, d.reason"
+                       " FROM runner.misfire_decisions d JOIN runner.job_runs r ON r.id = d.run_id"
+                       " ORDER BY 1, 2")
+    held = [(s, p) for s, p, action, _, _ in got if action == "approve"]
+    assert held == [(s2, "b")]
+    assert {(a, st) for s, p, a, st, _ in got if (s, p) != (s2, "b")} == {("catch_up", "succeeded")}
+    assert (s3, "b") in {(s, p) for s, p, *_ in got} and (s1 + MIN, "a") in {(s, p) for s, p, *_ in got}
+    reasons = {(s, p): reason for s, p, _, _, reason in got}
+    assert "side effects not checked for this slot: 1 effect(s) of its earlier attempts of unknown delivery " \
+           "(e.g. 'mail:s2:a')" in reasons[(s2, "b")]
+    assert "side effects checked (no effect of unknown delivery left by this slot's attempts)" in reasons[(s3, "b")]
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                          " WHERE r.schedule_slot = %s AND r.partition_key = 'b'", (s2,)) == 0
+    assert_ledger_clean(db_url)
+
+
+def test_real_runner_makes_a_tier_plan_paused_when_its_condition_holds(
+        db_url: str, db_roles: Any, tmp_path: Path) -> None:
+    """Two hours missed, an incident open: the backfill tier's plan is made paused (cause
+    condition, in the transaction that made it), nothing of it runs; once the incident is
+    closed and the plan resumed, it runs to the end."""
+    db_roles.apply(db_url)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE tiers_incident (id int)")
+        c.execute("INSERT INTO tiers_incident VALUES (1)")
+        c.execute(f"GRANT SELECT ON tiers_incident TO {db_roles.groups['condition']}")
+    env = _base(db_url)
+    proc = RunnerProcess(f"{TIER_APPS}:paused_app", db_url, "--poll-interval", "0.2", env=env,
+                         log=tmp_path / "runner.log")
+    try:
+        plan = eventually(lambda: rows(db_url, "SELECT id, status, pause_cause, pauses, pause_reason,"
+                                               " paused_at = created_at FROM runner.backfills"), timeout=30,
+                          message="the tier's plan made")[0]
+        assert plan[1:] == ("paused", "condition", {"condition": 1},
+                            "pause_when returned true when the plan was created", True)
+        # the runner goes on (live slots on time) and starts nothing of the paused plan
+        made = scalar(db_url, "SELECT created_at FROM runner.backfills")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'beat'"
+                                          " AND status = 'succeeded' AND schedule_slot > %s", (made,)) >= 3,
+                   timeout=15, message="live slots after the plan was made")
+        assert scalar(db_url, "SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                              " WHERE r.trigger = 'backfill'") == 0
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("DELETE FROM tiers_incident")
+        out = run_cli("backfill", "resume", str(plan[0]), "--reason", "incident closed", "--yes", url=db_url)
+        assert out.returncode == 0, out.stderr
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.backfills") == "completed", timeout=30,
+                   message="the resumed plan ran to the end")
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert scalar(db_url, "SELECT pauses FROM runner.backfills") == {"condition": 1}
     assert_ledger_clean(db_url)

@@ -228,3 +228,58 @@ def test_verification_sql_before_roles_sql_is_an_error_saying_so(db_url: str) ->
     assert (by_name["runs"]["outcome"], by_name["runs"]["observed"]) == ("failed", 0)  # Python: it ran
     assert by_name["residual"]["outcome"] == "error"
     assert "apply sql/roles.sql" in by_name["residual"]["detail"]
+
+
+def test_a_python_kind_that_hangs_is_an_error_saying_timeout_and_the_runner_goes_on(
+        url: str, tmp_path: Path) -> None:
+    """A Python kind blocks 30 s against its 0.5 s limit: the plan is verified anyway (the
+    other kind passed, min_passing 1), the hanging kind recorded as a timeout, the live job
+    runs on, and no session of the abandoned call stays in its transaction."""
+    plan_id = create_plan(url, "hanging")
+    proc = RunnerProcess(APP, url, "--poll-interval", "0.1", log=tmp_path / "runner.log")
+    try:
+        outcome = verified(url, plan_id)
+        # the abandoned call's session idles in its transaction: the server ends it
+        eventually(lambda: scalar(url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                       " AND application_name = 'runner-verify-python'") == 0, timeout=10,
+                   message="no session of the Python kinds left")
+        before = scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'live' AND status = 'succeeded'")
+        eventually(lambda: scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'live'"
+                                       " AND status = 'succeeded'") > before, timeout=15)
+        assert proc.proc.poll() is None, proc.output()
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert (outcome["status"], outcome["passing"], outcome["min_passing"]) == ("passed", 1, 1)
+    by_name = {k["name"]: k for k in outcome["kinds"]}
+    assert (by_name["slots"]["outcome"], by_name["slots"]["observed"]) == ("passed", 3)
+    assert (by_name["hangs"]["passed"], by_name["hangs"]["outcome"]) == (False, "error")
+    assert by_name["hangs"]["detail"] == ("timeout: the Python callable hangs did not return within 0.5s "
+                                         "(its wall-clock limit); abandoned")
+
+
+def test_an_abandoned_python_call_closes_its_connection_when_it_returns(url: str) -> None:
+    """In process: the call blocks on an event past its 0.3 s limit (a timeout, recorded at
+    once), then is let go: its thread closes the abandoned connection."""
+    import threading
+
+    from runner import verification
+
+    gate = threading.Event()
+
+    def blocked(conn: Any, start: datetime, end: datetime, partition: str) -> int:
+        gate.wait(20)
+        return 3
+
+    def fine(conn: Any, start: datetime, end: datetime, partition: str) -> int:
+        return int(conn.execute("SELECT 3").fetchone()[0])
+
+    kinds_ = verification.check([count(blocked, expect=3, name="blocked", timeout=0.3),
+                                 count(fine, expect=3, name="fine")], 1)[0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        status, detail = verification.run(conn, 1, kinds_, 1, T0, T0 + HOUR, [""])
+        assert status == "passed"
+        assert {k["name"]: k["outcome"] for k in detail["kinds"]} == {"blocked": "error", "fine": "passed"}
+        assert detail["kinds"][0]["detail"].startswith("timeout: the Python callable")
+        gate.set()
+        eventually(lambda: scalar(url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                       " AND application_name = 'runner-verify-python'") == 0, timeout=10)

@@ -18,7 +18,7 @@ UPGRADE = [
     "revisions/0007_security.sql",
     # the worker's outcomes, fence-checked, as the owner
     "functions/finish_attempts_v1.sql",
-    "functions/record_replay_plan_v1.sql",
+    "revisions/0007_security.record_replay_plan.sql",  # as shipped (0018 replaces it)
     # every operator action, audited, as the owner
     "revisions/0007_security.rerun.sql",  # rerun_v1 as shipped (0011 replaces it)
     "functions/set_job_paused_v1.sql",

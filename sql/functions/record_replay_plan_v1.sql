@@ -2,8 +2,10 @@
 -- misfire (misfire="replay" on a job with verify=, runner/misfire.py), so that they are
 -- verified together when done. The worker role has no INSERT on runner.backfills (revision
 -- 0007_security: plans were created behind the audit): this function is the only way a
--- runner makes one, and it can make only this kind: lane catch_up, concurrency 1, no rate,
--- no failure threshold, no pause condition, running, requested by the runner. No
+-- runner makes one, and it can make only this kind: lane correction, concurrency 1, no rate,
+-- no failure threshold, no pause condition, running, requested by the runner. (Before
+-- revision 0018_recovery the plan was tagged catch_up, the old alias runner/lanes.py still
+-- reads as correction: plans made then are served exactly as the new ones.) No
 -- runner.requests row: it is not an operator's action (the plan's requested_by and reason
 -- say why it exists). SECURITY DEFINER with a fixed search_path; EXECUTE for the worker
 -- role only. Returns the plan's replay_group_id.
@@ -20,7 +22,7 @@ INSERT INTO runner.backfills (
     pause_when, force, status, expected_runs, tokens, tokens_at, requested_by, reason,
     created_at, updated_at)
 VALUES (
-    job_name, range_from, range_to, NULL, 'catch_up', 1, NULL, NULL, NULL, false, 'running',
+    job_name, range_from, range_to, NULL, 'correction', 1, NULL, NULL, NULL, false, 'running',
     expected_runs, 1, coalesce(as_of, now()), 'runner (misfire=replay)', reason,
     coalesce(as_of, now()), coalesce(as_of, now()))
 RETURNING replay_group_id

@@ -112,11 +112,17 @@ SELECT runner.record_replay_plan_v1(%(job_name)s, %(range_from)s::timestamptz, %
                                     %(expected_runs)s, %(reason)s, %(now)s::timestamptz) AS replay_group_id
 
 -- name: unresolved_effects
--- A job's effects of unknown delivery (runner/effects.py: sent, or unknown): a job with
--- side_effects=True in its misfire tiers holds its late slots for approval while there is one.
-SELECT count(*), min(effect_key)
-FROM runner.effects
-WHERE job_name = %(job_name)s AND status IN ('sent', 'unknown')
+-- The runs of a job whose attempts left effects of unknown delivery (runner/effects.py: sent,
+-- or unknown), with their slot and idempotency key: a job with side_effects=True in its
+-- misfire tiers holds for approval the late slots they concern (runner/misfire.py:
+-- Ruling.held_for). An effect whose run is gone (pruned: run_id NULL) concerns no slot.
+SELECT r.schedule_slot, r.idempotency_key, count(*)::int, min(e.effect_key)
+FROM runner.effects e
+JOIN runner.job_runs r ON r.id = e.run_id
+WHERE e.job_name = %(job_name)s AND e.status IN ('sent', 'unknown')
+GROUP BY r.schedule_slot, r.idempotency_key
+ORDER BY r.schedule_slot DESC
+LIMIT %(limit)s
 
 -- name: tier_backfill
 -- The plan of a backfill tier (runner.tier_backfill_v1: the stored tier's options, through

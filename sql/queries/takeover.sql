@@ -70,7 +70,8 @@ FROM squatter s
 LEFT JOIN pg_stat_activity a ON a.pid = s.pid
 
 -- name: take_over_orphans
--- Running runs whose lock nobody holds start a recovery attempt through
+-- Running runs whose lock nobody holds, of the lanes given and at most each lane's limit
+-- (oldest run first within a lane), start a recovery attempt through
 -- runner.start_attempts_v1 (the one way to start an attempt), which takes each run's lock on
 -- this (the lock) session and re-checks status and fence under the run's row lock, so a
 -- completion that lands meanwhile wins. The old attempt is closed as abandoned. A recovery
@@ -88,18 +89,28 @@ WITH held AS MATERIALIZED (
     FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+), room AS MATERIALIZED (
+    -- the lanes this process serves, each with its free in-flight room here (revision
+    -- 0011_lanes; runner/loop.py Worker._take_over): a run of another lane is never taken,
+    -- and a lane takes over at most its room, so a takeover counts toward the lane's cap.
+    -- NULL lanes: every lane, at most limit in all.
+    SELECT t.lane, t.n
+    FROM unnest(%(lanes)s::text[], %(limits)s::int[]) AS t(lane, n)
+    WHERE t.n > 0
 ), running AS MATERIALIZED (
     SELECT r.id, r.fence, r.lane
     FROM runner.job_runs r
     WHERE r.status = 'running'
       AND r.job_name = ANY(%(job_names)s::text[])
-      -- only the lanes this process serves (NULL: every lane; revision 0011_lanes)
-      AND (%(lanes)s::text[] IS NULL OR r.lane = ANY(%(lanes)s::text[]))
+      AND (%(lanes)s::text[] IS NULL OR r.lane IN (SELECT lane FROM room))
 ), orphan AS MATERIALIZED (
-    SELECT r.id, r.fence, r.lane
-    FROM running r
-    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.lock_key = runner.lock_key_v1(%(namespace)s, r.id))
-    ORDER BY r.id
+    SELECT o.id, o.fence, o.lane
+    FROM (SELECT r.id, r.fence, r.lane, row_number() OVER (PARTITION BY r.lane ORDER BY r.id) AS nth
+          FROM running r
+          WHERE NOT EXISTS (SELECT 1 FROM held h
+                            WHERE h.lock_key = runner.lock_key_v1(%(namespace)s, r.id))) AS o
+    WHERE %(lanes)s::text[] IS NULL OR o.nth <= (SELECT room.n FROM room WHERE room.lane = o.lane)
+    ORDER BY o.id
     LIMIT %(limit)s
 )
 SELECT coalesce(%(now)s::timestamptz, now()) AS db_now, k.id, k.job_name, k.schedule_slot,

@@ -9,9 +9,11 @@ SELECT set_config('transaction_read_only', 'on', true),
        set_config('statement_timeout', %(timeout)s, true)
 
 -- name: time_limit
--- For a Python kind (the job's code, on the verification's connection): a statement timeout
--- for the rest of the transaction.
-SELECT set_config('statement_timeout', %(timeout)s, true)
+-- For a Python kind (the job's code, on the Python kinds' connection): a statement timeout
+-- for the rest of the transaction, and the same limit on idling in it, so that the server
+-- ends the session of a call the verification abandoned past its wall-clock limit.
+SELECT set_config('statement_timeout', %(timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(timeout)s, true)
 
 -- name: verify_query
 -- The query's rows (at most max_rows + 1), each a JSON array of its values.

@@ -28,3 +28,26 @@ backfill_app.job("two-hours", every="5m", grace="1s", owner="settlement-platform
                  misfire=tiers(("5m", "catch_up"), ("1h", "coalesce"),
                                ("24h", "backfill", {"lane": "correction", "concurrency": 4}),
                                (None, "approve")))(work)
+
+
+# -- side effects, slot by slot: missing for 6 minutes, two partitions ------------------------
+def effects_app_for(base: datetime) -> Runner:
+    """The test builds the same app (its base) to register the job and seed earlier runs."""
+    app = Runner()
+    app.job("mailer", every="1m", grace="1s", owner="settlement-platform", partitions=["a", "b"],
+            track_from=base - timedelta(minutes=6),
+            misfire=tiers(("1h", "catch_up"), (None, "approve"), side_effects=True))(work)
+    return app
+
+
+effects_app = effects_app_for(BASE)
+
+# -- a backfill tier whose pause condition is true when its plan is made ----------------------
+paused_app = Runner()
+paused_app.job("beat", every="1s", grace="30s")(work)  # live work, to see the runner go on
+paused_app.job("guarded", every="5m", grace="1s", owner="settlement-platform",
+               track_from=BASE - timedelta(hours=2),
+               misfire=tiers(("5m", "catch_up"), ("1h", "coalesce"),
+                             ("24h", "backfill", {"concurrency": 4,
+                                                  "pause_when": "SELECT count(*) > 0 FROM tiers_incident"}),
+                             (None, "approve")))(work)

@@ -103,3 +103,15 @@ def live(ctx: JobContext) -> None:
 @app.job("failing", every="1h", max_attempts=1)
 def failing(ctx: JobContext) -> None:
     raise Permanent(f"bad input for slot {ctx.slot.isoformat()}")
+
+
+def hangs(conn: Any, start: datetime, end: datetime, partition: str) -> int:
+    """Python that never returns in time (a stuck socket read, say): 30 s against a 0.5 s limit."""
+    time.sleep(30)
+    return 0
+
+
+@app.job("hanging", every="1h", min_passing=1,
+         verify=[count(hangs, expect=0, name="hangs", timeout=0.5), count(slots_in, expect=3, name="slots")])
+def hanging(ctx: JobContext) -> None:
+    copy(ctx)
