@@ -152,6 +152,10 @@ def _connect(choice: DatabaseChoice) -> psycopg.Connection[Any]:
         conn = psycopg.connect(choice.url, autocommit=True, connect_timeout=10,
                                application_name="runner-cli")
         conn.execute("SET TIME ZONE 'UTC'")  # every time the CLI prints is UTC
+        # the views' estimated costs (runner.alerts, job_health) pass the JIT thresholds on a
+        # busy ledger, and compiling them costs seconds more than running them (RESULTS.md,
+        # "runner.alerts is JIT compilation"); the console's and metrics' sessions do the same
+        conn.execute("SET jit = off")
         return conn
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "connection failed"

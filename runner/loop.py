@@ -150,6 +150,7 @@ class LoopConfig:
 def connect(url: str, **kw: Any) -> psycopg.Connection[Any]:
     conn = psycopg.connect(url, autocommit=True, application_name="runner", **kw)
     conn.execute("SET TIME ZONE 'UTC'")
+    conn.execute("SET jit = off")  # short statements by key: compiling them never pays
     return conn
 
 

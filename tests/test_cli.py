@@ -99,3 +99,18 @@ def test_runs_filters_and_json(db_url: str) -> None:
     assert [r["job_name"] for r in json.loads(out.stdout)] == ["b"]
     out = run_cli("runs", "--since", "2026-01-01T00:30:00+00:00", "--json", url=db_url)
     assert len(json.loads(out.stdout)) == 2
+
+
+def test_cli_and_loop_sessions_never_jit_compile(db_url: str) -> None:
+    """runner.alerts and job_health cost past the JIT thresholds on a busy ledger, where
+    compiling took seconds longer than running (scripts/bench/RESULTS.md): every session the
+    CLI and the loop open has jit off, whatever the server's default."""
+    from runner import cli, loop
+    from runner.settings import DatabaseChoice
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert c.execute("SHOW jit").fetchone() == ("on",)  # the server default this guards against
+    with cli._connect(DatabaseChoice(db_url, "flag")) as conn:
+        assert conn.execute("SHOW jit").fetchone() == ("off",)
+    with loop.connect(db_url) as conn:
+        assert conn.execute("SHOW jit").fetchone() == ("off",)
