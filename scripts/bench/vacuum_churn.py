@@ -9,7 +9,9 @@ of ledger_age.py: every run one insert and one or two updates of runner.job_runs
 and one update of runner.attempts), while a sampler reads pg_stat_user_tables of both hot
 tables every --every seconds: live and dead tuples, rows inserted since the last vacuum, and
 the autovacuum / autoanalyze counts. It goes on sampling --settle seconds after the drain, so
-a vacuum the churn triggered near its end is seen. Prints one JSON document.
+a vacuum the churn triggered near its end is seen. Prints one JSON document, with the
+server's `autovacuum` setting: with it off (as on the CI server, whose conf.d turns it off)
+no threshold matters and the dead tuples only grow; measure on a server with it on.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def main() -> None:
                 if done.wait(args.every):
                     return
 
+    with psycopg.connect(url, autocommit=True) as conn:
+        autovacuum = conn.execute("SELECT current_setting('autovacuum')").fetchone()[0]
     before = time.monotonic()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -72,7 +76,7 @@ def main() -> None:
     done.set()
     sampler.join()
     peak = {t: max(s[t]["dead"] for s in samples) for t in ("job_runs", "attempts")}
-    print(json.dumps({"environment": environment(args.dsn), "db": args.db, "slots": args.slots,
+    print(json.dumps({"environment": environment(args.dsn), "db": args.db, "autovacuum": autovacuum, "slots": args.slots,
                       "partitions": args.partitions, "runs": args.slots * args.partitions,
                       "first_slot_runs_per_s": round(runs_per_s), "drained_after_s": round(drained_at, 1),
                       "peak_dead": peak, "first": samples[0], "last": samples[-1], "samples": samples},
