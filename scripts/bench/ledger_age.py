@@ -55,6 +55,7 @@ sys.path.insert(0, str(HERE))
 from benchlib import (  # noqa: E402
     DEFAULT_DSN,
     drop_database,
+    dsn_for,
     environment,
     median,
     percentile,
@@ -217,6 +218,21 @@ def claim_throughput(url: str, partitions: int, churn_slots: int = 0, every: int
     return partitions / (last - slot).total_seconds()
 
 
+def seed_ledger(url: str, rows: int, jobs: int, days: int) -> int:
+    """Migrate the (empty) database at `url` and seed it: runs, one attempt per run."""
+    migrate.upgrade(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        now: datetime = conn.execute("SELECT now()").fetchone()[0].astimezone(UTC)
+    since = now - timedelta(days=days)
+    rng = random.Random(rows)
+    defs = define_jobs(jobs, rows, days, since, rng)
+    seeded = seed(url, defs, since, now, rng, 7000 / rows)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(ATTEMPTS)
+        conn.execute("VACUUM ANALYZE runner.attempts")
+    return seeded
+
+
 def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, partitions: int,
             prune_batch: int, prune_passes: int, lag_jobs: int = 100, lag_seconds: float = 15,
             churn_slots: int = 4) -> dict[str, Any]:
@@ -224,18 +240,10 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, partitions
     dsn = recreate_database(admin, name)
     url = url_of(dsn)
     try:
-        migrate.upgrade(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            now: datetime = conn.execute("SELECT now()").fetchone()[0].astimezone(UTC)
-        since = now - timedelta(days=days)
-        rng = random.Random(rows)
-        defs = define_jobs(jobs, rows, days, since, rng)
         t = time.perf_counter()
-        seeded = seed(url, defs, since, now, rng, 7000 / rows)
+        seeded = seed_ledger(url, rows, jobs, days)
+        seed_s = time.perf_counter() - t
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(ATTEMPTS)
-            conn.execute("VACUUM ANALYZE runner.attempts")
-            seed_s = time.perf_counter() - t
             t = time.perf_counter()
             conn.execute("SELECT runner.advance_watermarks_v1()")
             first_advance_s = time.perf_counter() - t
@@ -300,7 +308,18 @@ def main() -> None:
     parser.add_argument("--churn-slots", type=int, default=4,
                         help="slots the claim runners go on draining after the measured one (churn)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--seed-only", metavar="DB",
+                        help="seed one ledger of --rows[0] runs into database DB (made afresh), keep it, measure nothing")
     args = parser.parse_args()
+    if args.seed_only:
+        n = args.rows[0]
+        t = time.perf_counter()
+        seeded = seed_ledger(url_of(recreate_database(args.dsn, args.seed_only)), n, args.jobs,
+                             max(1, round(n / 1e6 * args.days_per_million)))
+        with psycopg.connect(url_of(dsn_for(args.dsn, args.seed_only)), autocommit=True) as conn:
+            conn.execute("SELECT runner.advance_watermarks_v1()")  # as measure() does, untimed
+        print(f"{args.seed_only}: {seeded} runs in {time.perf_counter() - t:.1f} s (watermarks advanced)")
+        return
     results = []
     for n in args.rows:
         results.append(measure(args.dsn, n, args.jobs, max(1, round(n / 1e6 * args.days_per_million)), args.repeat,
