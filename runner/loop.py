@@ -35,9 +35,13 @@ their outcomes join the same completer batches.
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
 is its idempotency key's first 32 bits modulo their number). A runner claims its own share
-at once and sets the others' shares aside; ``steal_after`` seconds later (0.5 s) it looks
-whether every partition of that slot has a run, and if not, claims the rest itself, from the
-end of the others' shares toward where they are working. So runners serving the same jobs
+at once and sets the others' shares aside; ``steal_after`` seconds later (0.5 s) they join
+the end of its claim queue, and when the queue reaches them (at once if it was idle) it
+looks which of their rows still have no run and claims those itself, from the end of the
+others' shares toward where they are working. The lookup waits for the queue, not for the
+clock: at a wide instant (10,000 runs of one slot) both runners are still working through
+their own shares at ``steal_after``, and rows looked up then would have a run by the time
+they are claimed (both runners claiming the same rows at the end of the instant). So runners serving the same jobs
 do not queue behind each other's inserts at the instant a slot falls due (an insert that
 meets another session's uncommitted row waits for that session's commit). A runner killed
 outright drops out of the shares at the others' next poll (its lock session is gone from
@@ -238,7 +242,9 @@ class Worker:
         self._active: dict[tuple[int, int], Active] = {}
         self._active_lock = threading.Lock()
         self._inflight = 0
-        self._pending: deque[SlotClaim] = deque()
+        # the claim queue: rows to claim, and others' shares whose time is up (a Deferred:
+        # looked up when the queue reaches it, see ``_expand_stolen``)
+        self._pending: deque[SlotClaim | Deferred] = deque()
         self._waiting: list[SlotClaim] = []  # overlap='wait' slots, retried every poll
         self._deferred: deque[Deferred] = deque()  # others' shares, in release order
         self._shares: dict[str, tuple[int, int]] = {}  # job -> (this runner's share, runners)
@@ -482,8 +488,15 @@ class Worker:
         return self._sleep_for(self.now())
 
     def _steal(self) -> None:
-        if self._deferred and self._deferred[0].release <= time.monotonic():
-            self._release_deferred()
+        """Others' shares whose ``steal_after`` is up join the end of the claim queue as they
+        are; which of their rows still have no run is looked up when the queue reaches them
+        (``_expand_stolen``), not now: while this runner still works through its own share,
+        the others work through theirs, and a lookup made at ``steal_after`` would queue rows
+        that have a run by the time they are claimed (a claim statement of conflicts, and at
+        the end of a wide instant both runners claiming the same rows)."""
+        mono = time.monotonic()
+        while self._deferred and self._deferred[0].release <= mono:
+            self._pending.append(self._deferred.popleft())
 
     def _claim_free(self) -> None:
         if self._pending and self._free() > 0:
@@ -701,23 +714,25 @@ class Worker:
             self._deferred.append(Deferred(time.monotonic() + self.config.steal_after, job.name, slot,
                                            others))
 
-    def _release_deferred(self) -> None:
-        """Others' shares whose time is up: drop the rows that have a run; claim the rest,
-        last rows first (the other runner works from the first)."""
-        mono = time.monotonic()
+    def _expand_stolen(self) -> None:
+        """The claim queue reached others' shares (consecutive Deferred at its front): drop
+        the rows that have a run by now; the rest go to the front of the queue, last rows
+        first (the other runner works from the first)."""
         due: list[Deferred] = []
-        while self._deferred and self._deferred[0].release <= mono:
-            due.append(self._deferred.popleft())
+        while self._pending and isinstance(self._pending[0], Deferred):
+            d = self._pending.popleft()
+            assert isinstance(d, Deferred)
+            due.append(d)
         rows = [c for d in due for c in d.claims]
         try:
             unclaimed = ledger.unclaimed_rows(self._conn(), rows)
         except BaseException:
-            self._deferred.extendleft(reversed(due))  # nothing is lost: look again on the next pass
+            self._pending.extendleft(reversed(due))  # nothing is lost: look again on the next pass
             raise
         # by key, not by count: runners that computed different partition lists (a rolling
         # deploy, a time-varying callable) must not take each other's runs for theirs
         stolen = [rows[i] for i in sorted(unclaimed)]
-        self._pending.extend(reversed(stolen))
+        self._pending.extendleft(stolen)  # extendleft reverses: the last row comes first
         self.stats["stolen"] += len(stolen)
 
     def _refresh_shares(self) -> None:
@@ -752,8 +767,17 @@ class Worker:
         ]
 
     def claim(self, limit: int) -> int:
-        """Claim up to ``limit`` pending slots in one statement; start the runs won."""
-        batch = [self._pending.popleft() for _ in range(min(limit, len(self._pending)))]
+        """Claim up to ``limit`` pending slots in one statement; start the runs won. A batch
+        ends before others' shares in the queue; reaching them, it looks them up first."""
+        if self._pending and isinstance(self._pending[0], Deferred):
+            self._expand_stolen()
+        batch: list[SlotClaim] = []
+        while self._pending and len(batch) < limit:
+            head = self._pending[0]
+            if isinstance(head, Deferred):
+                break
+            batch.append(head)
+            self._pending.popleft()
         batch = self._hand_late_claims(batch)  # an overloaded runner never claims late slots
         if not batch:
             return 0
