@@ -41,9 +41,10 @@ looks which of their rows still have no run and claims those itself, from the en
 others' shares toward where they are working. The lookup waits for the queue, not for the
 clock: at a wide instant (10,000 runs of one slot) both runners are still working through
 their own shares at ``steal_after``, and rows looked up then would have a run by the time
-they are claimed (both runners claiming the same rows at the end of the instant). So runners serving the same jobs
-do not queue behind each other's inserts at the instant a slot falls due (an insert that
-meets another session's uncommitted row waits for that session's commit). A runner killed
+they are claimed (both runners claiming the same rows at the end of the instant). Shares
+keep runners serving the same jobs from queueing behind each other's inserts at the instant
+a slot falls due (an insert that meets another session's uncommitted row waits for that
+session's commit). A runner killed
 outright drops out of the shares at the others' next poll (its lock session is gone from
 pg_stat_activity); one that hangs or is overloaded delays its share by ``steal_after`` at
 most, until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share is an

@@ -305,16 +305,12 @@ ORDER BY i.instance_id
 -- (1-based) of those with no run yet: the others' shares of a slot still to claim. Checked
 -- by key (one probe of the business key each), never by counting a slot's runs: runners
 -- with different partition lists (a rolling deploy) would otherwise see a slot as settled
--- while one of their partitions has no run. (LATERAL ... LIMIT 1: a probe per row whatever
--- the statistics say; a NOT EXISTS became a hash anti-join over a sequential scan of every
--- run while a young ledger's statistics still said it was small.)
+-- while one of their partitions has no run.
 SELECT g.n
 FROM json_array_elements(%(rows)s::json) WITH ORDINALITY AS g(e, n)
-LEFT JOIN LATERAL (SELECT 1 AS hit FROM runner.job_runs r
-                   WHERE r.job_name = g.e ->> 0 AND r.schedule_slot = (g.e ->> 1)::timestamptz
-                     AND r.partition_key = g.e ->> 2
-                   LIMIT 1) AS run ON true
-WHERE run.hit IS NULL
+WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                  WHERE r.job_name = g.e ->> 0 AND r.schedule_slot = (g.e ->> 1)::timestamptz
+                    AND r.partition_key = g.e ->> 2)
 
 -- name: heartbeat_instance
 -- (on the lock session: after a reconnect, backend_pid names the new one)
