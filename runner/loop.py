@@ -44,11 +44,11 @@ their own shares at ``steal_after``, and rows looked up then would have a run by
 they are claimed (both runners claiming the same rows at the end of the instant). Shares
 keep runners serving the same jobs from queueing behind each other's inserts at the instant
 a slot falls due (an insert that meets another session's uncommitted row waits for that
-session's commit). A runner killed
-outright drops out of the shares at the others' next poll (its lock session is gone from
-pg_stat_activity); one that hangs or is overloaded delays its share by ``steal_after`` (or
-until the others have claimed what they had queued before it), until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share is an
-order of claims, never an exclusion: every row is still claimed by one INSERT ... ON CONFLICT
+session's commit). A runner killed outright drops out of the shares at the others' next
+poll (its lock session is gone from pg_stat_activity); one that hangs or is overloaded delays
+its share by ``steal_after`` (or until the others have claimed what they had queued before
+it), until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share is an order of
+claims, never an exclusion: every row is still claimed by one INSERT ... ON CONFLICT
 DO NOTHING, and whoever inserts first owns the run.
 
 Each tick runs the loop's *duties* (runner/duties.py) in a fixed order written down in
