@@ -295,3 +295,36 @@ def test_beats_outcomes_and_takeovers_of_the_same_runs_never_deadlock(db_url: st
     assert deadlocks == []
     assert taken > 0, "the peer took over none of the orphaned runs: the race was not exercised"
     assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status NOT IN ('succeeded', 'running')") == 0
+
+
+def _xact_seq_scans(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Sequential scans of the hot tables by this session's current transaction."""
+    return dict(conn.execute("SELECT relname, seq_scan FROM pg_stat_xact_user_tables"
+                             " WHERE schemaname = 'runner' AND relname IN ('job_runs', 'attempts')").fetchall())
+
+
+def test_outcomes_reach_runs_by_key_on_a_ledger_grown_since_the_plan(conns: Any) -> None:
+    """The session's plans were made while the ledger was small (a young ledger, statistics
+    refreshed every 100,000 changed rows): outcome batches still reach each run and attempt by
+    its key, never by reading every run (revision 0019_wide)."""
+    a, b = conns
+    me = owner()
+    # the completer's session records small batches while the ledger holds a few runs: the
+    # function's plan is kept for the session (PL/pgSQL), made on those statistics
+    for k in range(8):
+        _, won = ledger.claim_slots(a, me, claims("report", T0 + timedelta(minutes=k), ["t1", "t2"]),
+                                    now=T0 + timedelta(minutes=k, seconds=1))
+        assert ledger.finish_attempts(b, [Outcome(r.id, r.fence, "succeeded") for r in won])
+    # then the ledger grows by 20,000 runs, as one wide instant makes them
+    slot = T0 + timedelta(hours=1)
+    wide = claims("report", slot, [f"p{i:05d}" for i in range(20000)])
+    won = []
+    for i in range(0, len(wide), 2000):  # (each won run holds an advisory lock until unlocked)
+        batch = ledger.claim_slots(a, me, wide[i:i + 2000], now=slot + timedelta(seconds=1))[1]
+        ledger.unlock_runs(a, me.namespace, [r.id for r in batch])
+        won += batch
+    assert len(won) == 20000
+    with b.transaction():
+        landed = ledger.finish_attempts(b, [Outcome(r.id, r.fence, "succeeded") for r in won[:200]])
+        assert len(landed) == 200 and all(landed.values())
+        assert _xact_seq_scans(b) == {"job_runs": 0, "attempts": 0}

@@ -17,7 +17,7 @@ depends_on = None
 UPGRADE = [
     "revisions/0007_security.sql",
     # the worker's outcomes, fence-checked, as the owner
-    "functions/finish_attempts_v1.sql",
+    "revisions/0007_security.finish_attempts.sql",  # finish_attempts_v1 as shipped (0019 replaces it)
     "revisions/0007_security.record_replay_plan.sql",  # as shipped (0018 replaces it)
     # every operator action, audited, as the owner
     "revisions/0007_security.rerun.sql",  # rerun_v1 as shipped (0011 replaces it)

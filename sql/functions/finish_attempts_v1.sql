@@ -23,11 +23,22 @@
 -- above (and attempt statuses other than those and timed_out) are refused. EXECUTE is revoked from PUBLIC; sql/roles.sql grants it to the worker.
 -- PL/pgSQL rather than SQL so that the statement's plan is kept for the session, as the
 -- prepared statement it replaces was.
+-- Planner settings (revision 0019_wide): no sequential scan, no hash or merge join, inside
+-- this function only. Each outcome must reach its run and attempt by their keys whatever the
+-- tables' statistics say. On a young ledger they say "a few thousand rows" long after the
+-- table holds tens of thousands (autovacuum analyzes the hot tables every 100,000 changed
+-- rows, revision 0015_scale), and the plan kept for the session was then a hash join over a
+-- sequential scan of every run and every attempt for each batch: a batch of 500 outcomes
+-- cost the database ~2 x the CPU of the claim that made those runs (scripts/bench/RESULTS.md,
+-- "Wider instants ... fan-out at full width").
 CREATE OR REPLACE FUNCTION runner.finish_attempts_v1(outcomes jsonb, as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (run_id bigint, fence bigint, recorded boolean)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 BEGIN
