@@ -315,8 +315,10 @@ def page_reads(console: Console) -> dict[str, Callable[[Request], Any]]:
     app = console.config.app
 
     def jobs(request: Request) -> Any:
+        # the alert counts on a second read connection when one is free (reads.jobs)
         return q(reads.jobs, app, request.query_params.get("sort", "health"),
-                 request.query_params.get("dir") == "desc")
+                 request.query_params.get("dir") == "desc",
+                 side=lambda: console.read_pool.connection(timeout=0.05))
 
     def job(request: Request) -> Any:
         name = request.query_params.get("name")

@@ -11,11 +11,15 @@ Each is bounded (a LIMIT, a window of slots on an indexed column).
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from runner import backfill, ledger, operate
 from runner.app import Runner
@@ -52,15 +56,48 @@ def _health_rank(job: dict[str, Any]) -> int:
 
 
 def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health",
-         descending: bool = False) -> dict[str, Any]:
+         descending: bool = False,
+         side: Callable[[], AbstractContextManager[psycopg.Connection[Any]]] | None = None) -> dict[str, Any]:
     """The Jobs page: one row per job of runner.job_health (``runner status``), with its
     count of runner.alerts and health rank; the unhealthy first unless sorted otherwise.
     The alerts themselves are the Alerts page's (newest first, bounded): this page counts
     them per job in the database, so its answer is one row per job whatever their number.
     Three statements: the clock, runner.job_health_v1 (health and missing counts from one pass
-    of the gap scan) and the alert counts."""
+    of the gap scan) and the alert counts. With ``side`` (a second connection of the pool,
+    taken only if one is free at once: pages never wait on each other for it),
+    the alert counts run on it while job health runs on ``conn``: the two cost about the
+    same at 1,000 jobs (~0.14 s each, scripts/bench/RESULTS.md) and neither needs the other,
+    so the page waits for the slower one rather than for both (each statement has its own
+    snapshot either way, as in autocommit)."""
+    counted: dict[str, Any] = {}
+
+    def count_alerts(c: psycopg.Connection[Any]) -> None:
+        counted["rows"] = ledger.dict_rows(c, Q["alert_counts"], {})
+
+    def on_side() -> None:
+        try:
+            assert side is not None
+            with side() as c:
+                count_alerts(c)
+        except PoolTimeout:  # no second connection free at once: counted on ``conn`` after
+            counted["busy"] = True
+        except BaseException as exc:
+            counted["error"] = exc  # re-raised on the page's thread below
+
+    helper = None
+    if side is not None:
+        helper = threading.Thread(target=on_side, name="runner-web-alert-counts", daemon=True)
+        helper.start()
     report = operate.status(conn, app, with_alerts=False, with_backfills=False)
-    per_job = {r["job_name"]: r["alerts"] for r in ledger.dict_rows(conn, Q["alert_counts"], {})}
+    if helper is None:
+        count_alerts(conn)
+    else:
+        helper.join()
+        if "error" in counted:
+            raise counted["error"]
+        if "busy" in counted:
+            count_alerts(conn)
+    per_job = {r["job_name"]: r["alerts"] for r in counted["rows"]}
     rows = []
     for job in report.jobs:
         row = {**job, "alerts": per_job.get(job["job_name"], 0)}

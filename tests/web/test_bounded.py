@@ -164,3 +164,40 @@ def test_the_jobs_page_counts_the_alerts_of_each_job(ledger: Ledger) -> None:
         data = client.get("/api/jobs", headers=VIEW).json()
     assert {j["job_name"]: j["alerts"] for j in data["jobs"] if j["alerts"]} == expected
     assert data["alerts"] == sum(expected.values())
+
+
+def test_the_jobs_page_counts_alerts_on_a_second_connection_when_one_is_free(ledger: Ledger) -> None:
+    """reads.jobs with ``side``: the alert counts run on the side connection (their backend
+    is another session), concurrently with job health; a pool with none free at once (the
+    PoolTimeout its ``connection(timeout=...)`` raises) counts them on the page's own
+    connection; the page is the same either way."""
+    from contextlib import contextmanager
+
+    from psycopg_pool import PoolTimeout
+
+    from runner.web import reads
+
+    used: list[int] = []
+
+    @contextmanager
+    def side() -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(ledger.admin, autocommit=True) as c:
+            used.append(c.info.backend_pid)
+            yield c
+
+    @contextmanager
+    def none_free() -> Iterator[psycopg.Connection[Any]]:
+        raise PoolTimeout("no connection free")
+        yield  # pragma: no cover
+
+    def page(**kw: Any) -> dict[str, Any]:
+        data = reads.jobs(conn, None, **kw)
+        return {**data, "now": None, "jobs": [{**j, "lag": None} for j in data["jobs"]]}
+
+    with psycopg.connect(ledger.admin, autocommit=True) as conn:
+        alone = page()
+        beside = page(side=side)
+        fallback = page(side=none_free)
+        assert used and used[0] != conn.info.backend_pid
+    assert alone == beside == fallback
+    assert alone["alerts"] >= 2
