@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -323,7 +324,12 @@ def start(
             "%s: stopping; waiting for running handlers", signal.Signals(signum).name)
         stop_requested = True
         if worker is not None:
-            worker.stop()
+            # not worker.stop() here: the handler runs on the main thread between two bytecodes,
+            # possibly while that thread holds the lock of the very Event it waits on
+            # (Worker.run's _wake.wait), and Event.set() would then wait for that lock forever
+            # (seen in CI: a SIGTERM'd runner that never exited). A thread of its own sets the
+            # events once the main thread is back in its wait and has let the lock go.
+            threading.Thread(target=worker.stop, name="runner-stop", daemon=True).start()
 
     # from the first step: a SIGTERM however early (while the metrics endpoint or the worker
     # starts) stops the runner cleanly, deregistered, with exit code 0
