@@ -1,15 +1,28 @@
 """The gap-scan duty: keep ``runner.missing_slots`` cheap.
 
 The view expands each job's expected slots only above its watermark, below which every
-expected slot is known to have a run row (sql/functions/advance_watermarks_v1.sql). A
+expected slot is known to have a run row (sql/functions/advance_watermarks_v2.sql). A
 runner moves the watermarks forward every ``interval`` seconds in a thread of its own, on a
-connection of its own, so the first advance over a large ledger (seconds) never holds up the
-loop. Several runners may do it at once: the function skips watermark rows another holds.
+connection of its own, so an advance never holds up the loop. Several runners may do it at
+once: the function skips watermark rows another holds.
+
+Bounded passes (revision 0020_bounded). One call moves each job's watermark at most
+``span`` forward and says how many jobs are still behind; a pass calls it again, each call
+its own transaction (the connection is in autocommit), until none is behind. So the first
+pass over a ledger a year old is many short statements, not one of minutes whose snapshot
+would keep every vacuum of the database from removing dead rows meanwhile. The span adapts
+to what a call costs on this ledger: halved when a call took longer than ``target`` seconds,
+doubled (up to ``MAX_SPAN``) when it took under a quarter of it and jobs are still behind. A
+pass ends early when the runner stops; what it did so far is kept (any watermark is correct:
+the view expands from wherever it stands).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -19,15 +32,47 @@ from runner.sqlfiles import queries
 log = logging.getLogger("runner.gapscan")
 Q = queries("gaps")
 
+FIRST_SPAN = timedelta(hours=6)
+MIN_SPAN = timedelta(minutes=1)
+MAX_SPAN = timedelta(days=30)
+TARGET_SECONDS = 1.0  # what one call should cost, about
 
-def run_once(conn: psycopg.Connection[Any]) -> int:
-    """Advance the watermarks once; returns how many moved."""
-    row = conn.execute(Q["advance_watermarks"]).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+
+def run_once(conn: psycopg.Connection[Any], span: timedelta | None = None) -> tuple[int, int]:
+    """One call of the advance: (jobs moved, jobs still behind). ``span`` None: no cap."""
+    row = conn.execute(Q["advance_watermarks_bounded"], {"max_span": span}).fetchone()
+    if not row:
+        return 0, 0
+    return int(row[0] or 0), int(row[1] or 0)
 
 
-def one_pass(conn: psycopg.Connection[Any]) -> None:
+class Advancer:
     """The duty's pass beside the loop (``duties.on_own_connection``, every
-    ``watermark_interval``); a failure is retried next time (the view stays correct without
-    it, only slower)."""
-    log.debug("gap-scan watermarks advanced for %d job(s)", run_once(conn))
+    ``watermark_interval``): bounded calls until no job is behind, or ``stop`` is set. A
+    failure is retried next time (the view stays correct without it, only slower). It keeps
+    the span it learned from one pass to the next."""
+
+    def __init__(self, stop: threading.Event | None = None, *, span: timedelta = FIRST_SPAN,
+                 target: float = TARGET_SECONDS) -> None:
+        self.stop = stop if stop is not None else threading.Event()
+        self.span = span
+        self.target = target
+        self.calls = 0  # in all passes (tests, logs)
+
+    def __call__(self, conn: psycopg.Connection[Any]) -> None:
+        moved_total = 0
+        while True:
+            started = time.monotonic()
+            moved, behind = run_once(conn, self.span)
+            took = time.monotonic() - started
+            self.calls += 1
+            moved_total += moved
+            if took > self.target:
+                self.span = max(MIN_SPAN, self.span / 2)
+            elif took < self.target / 4 and behind:
+                self.span = min(MAX_SPAN, self.span * 2)
+            if not behind or self.stop.is_set():
+                break
+            log.debug("gap-scan watermarks: %d job(s) still behind (%.2f s, next span %s)",
+                      behind, took, self.span)
+        log.debug("gap-scan watermarks advanced for %d job(s)", moved_total)

@@ -311,7 +311,7 @@ class Worker:
         self._completer.start()
         # beside the loop, each on a thread and connection of its own (runner/duties.py)
         failed = self._duty_failed
-        on_own_connection("gapscan", lambda: connect(self.url), gapscan.one_pass, self._stop,
+        on_own_connection("gapscan", lambda: connect(self.url), gapscan.Advancer(self._stop), self._stop,
                           self.config.watermark_interval, on_failure=failed)
         on_own_connection("retention", lambda: connect(self.url),
                           retention.pass_of(self.owner.namespace, self.config.prune_batch),

@@ -29,7 +29,7 @@
 --                    runner.tier_backfill_v1 (the only plans a runner makes: a verified
 --                    replay's; a misfire tier's, through create_backfill_v1, audited in
 --                    runner.requests with the worker's login; INSERT on
---                    runner.misfire_decisions records the tier) and runner.advance_watermarks_v1 (the gap
+--                    runner.misfire_decisions records the tier) and runner.advance_watermarks_v1 and _v2 (the gap
 --                    scan's watermarks: no direct write to gap_watermarks or gap_holes) and
 --                    runner.prune_v1 (retention by the stored policy, a batch at a time) and
 --                    runner.prune_instances_v1 (instance rows that stopped heartbeating long
@@ -146,7 +146,8 @@ BEGIN
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'runner' AND p.prosecdef
           AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'record_replay_plan_v1',
-                            'tier_backfill_v1', 'advance_watermarks_v1', 'rerun_v1', 'set_job_paused_v1',
+                            'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'rerun_v1',
+                            'set_job_paused_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
@@ -163,7 +164,8 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
-                                               'advance_watermarks_v1', 'prune_instances_v1',
+                                               'advance_watermarks_v1', 'advance_watermarks_v2',
+                                               'prune_instances_v1',
                                                'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);
     END LOOP;

@@ -83,6 +83,18 @@ def advance(conn: psycopg.Connection[Any], as_of: datetime | None = None) -> int
     return int(row[0])
 
 
+def bounded(conn: psycopg.Connection[Any], as_of: datetime | None, span: timedelta | None) -> tuple[int, int]:
+    """One call of runner.advance_watermarks_v2: (moved, behind)."""
+    row = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, %s)", (as_of, span)).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def watermark(conn: psycopg.Connection[Any], job: str) -> datetime | None:
+    row = conn.execute("SELECT complete_through FROM runner.gap_watermarks WHERE job_name = %s", (job,)).fetchone()
+    return None if row is None or row[0] is None else row[0].astimezone(UTC)
+
+
 def scalar_in(conn: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
     row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0]
@@ -325,7 +337,12 @@ def test_watermarks_never_change_the_answer(tx: psycopg.Connection[Any], data: s
                         run_ids.append(make_run(tx, name, slot, key, status=status, heartbeat_at=end))
         marks = sorted(data.draw(st.lists(st.integers(0, 12 * 60), max_size=3)))
         for minute in marks:
-            advance(tx, start + timedelta(minutes=minute))
+            # uncapped (v1) or one bounded call (v2) that may stop anywhere short of the mark
+            span = data.draw(st.sampled_from([None, None, 7, 60, 300]))
+            if span is None:
+                advance(tx, start + timedelta(minutes=minute))
+            else:
+                bounded(tx, start + timedelta(minutes=minute), timedelta(minutes=span))
         assert gaps(tx, end) == unwatermarked(tx, end)
         # reruns and backfills: runs change status, holes get runs; then maybe another advance
         for run_id in data.draw(st.lists(st.sampled_from(run_ids), max_size=5)) if run_ids else []:
@@ -339,6 +356,119 @@ def test_watermarks_never_change_the_answer(tx: psycopg.Connection[Any], data: s
         if data.draw(st.booleans()):
             advance(tx, end - timedelta(minutes=data.draw(st.integers(0, 60))))
             assert gaps(tx, end) == unwatermarked(tx, end)
+
+
+def test_a_bounded_advance_catches_up_a_long_history_over_several_calls(tx: psycopg.Connection[Any]) -> None:
+    """Three days of a job every minute with two partitions, some runs missing or failed: with
+    a 6-hour cap each call moves the watermark exactly 6 hours (from track_from), says the job
+    is behind until the last, and after every call the gap scan answers what it answers with
+    no watermark at all. At the end the holes are those of one uncapped advance."""
+    sync(tx, now=T0, job={"every": "1m", "partitions": ["a", "b"]})
+    as_of = T0 + timedelta(days=3)
+    slots = every("1m", T0 - US, as_of)
+    tx.execute("INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date,"
+               " window_start, window_end, status, trigger, attempt, fence, idempotency_key, started_at)"
+               " SELECT 'job', s, p, s::date, s, s, CASE WHEN k %% 97 = 0 THEN 'failed' ELSE 'succeeded' END,"
+               " 'schedule', 1, 1, 'job|' || s || '|' || p, s"
+               " FROM unnest(%s::timestamptz[]) WITH ORDINALITY AS u(s, k) CROSS JOIN unnest(ARRAY['a', 'b']) AS p"
+               " WHERE NOT (k %% 31 = 0 AND p = 'a') AND k %% 53 <> 0", (slots,))
+    expected = unwatermarked(tx, as_of)
+    assert len(expected) > 100  # holes and failed runs in every 6-hour span
+    calls = []
+    while True:
+        moved, behind = bounded(tx, as_of, timedelta(hours=6))
+        calls.append((moved, behind, watermark(tx, "job")))
+        assert gaps(tx, as_of) == expected
+        if not behind:
+            break
+        assert len(calls) < 20, calls
+    marks = [m for _, _, m in calls]
+    assert marks == [min(as_of, T0 - US + timedelta(hours=6) * (i + 1)) for i in range(len(calls))]
+    assert len(calls) == 13  # 12 spans of 6 hours from track_from - 1us, and the last microsecond
+    assert all(m >= 1 for m, _, _ in calls)
+    assert bounded(tx, as_of, timedelta(hours=6)) == (0, 0)  # nothing left to move
+    holes = rows_in(tx, "SELECT schedule_slot || '|' || partition_key || '|' || whole_slot FROM runner.gap_holes"
+                        " WHERE job_name = 'job'")
+    with tx.transaction(force_rollback=True):
+        tx.execute("DELETE FROM runner.gap_holes WHERE job_name = 'job'")
+        tx.execute("DELETE FROM runner.gap_watermarks WHERE job_name = 'job'")
+        advance(tx, as_of)
+        assert rows_in(tx, "SELECT schedule_slot || '|' || partition_key || '|' || whole_slot FROM runner.gap_holes"
+                           " WHERE job_name = 'job'") == holes
+
+
+def test_a_bounded_advance_rejects_a_span_that_is_not_positive(tx: psycopg.Connection[Any]) -> None:
+    sync(tx, now=T0, job={"every": "1m"})
+    before = rows_in(tx, "SELECT complete_through FROM runner.gap_watermarks")
+    for span in (timedelta(0), timedelta(minutes=-5)):
+        with tx.transaction(force_rollback=True), pytest.raises(psycopg.errors.InvalidParameterValue,
+                                                                 match="max_span must be a positive interval"):
+            bounded(tx, T0 + timedelta(hours=1), span)
+    assert rows_in(tx, "SELECT complete_through FROM runner.gap_watermarks") == before
+
+
+def test_holes_above_the_bounded_target_are_judged_when_their_slots_are_expanded(
+        tx: psycopg.Connection[Any]) -> None:
+    """A schedule change below the watermark sets it aside from the change on; a bounded call
+    then judges only the holes up to its target, and each later call the next ones: the holes
+    end as one uncapped advance leaves them, the answer unchanged throughout."""
+    sync(tx, now=T0, job={"every": "10m", "partitions": ["a", "b", "c"]})
+    as_of = T0 + timedelta(hours=12)
+    slots = every("10m", T0 - US, as_of)
+    for slot in slots[::3]:
+        make_run(tx, "job", slot, "a")
+    advance(tx, as_of)
+    change = T0 + timedelta(hours=2)
+    tx.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+               " timezone, partitions) VALUES ('job', %s, 'every', '20 minutes', 'UTC', %s)", (change, ["b"]))
+    expected = unwatermarked(tx, as_of)
+    assert gaps(tx, as_of) == expected
+    marks = []
+    while True:
+        _, behind = bounded(tx, as_of, timedelta(hours=3))
+        marks.append(watermark(tx, "job"))
+        assert gaps(tx, as_of) == expected
+        # holes at or below the watermark are exactly the expected never-started slots there
+        below = {(s.astimezone(UTC), p or None) for s, p, w in tx.execute(
+            "SELECT schedule_slot, CASE WHEN whole_slot THEN NULL ELSE partition_key END, whole_slot"
+            " FROM runner.gap_holes WHERE job_name = 'job' AND schedule_slot <= %s", (marks[-1],)).fetchall()}
+        assert below == {(s, p) for j, s, p, st_ in expected if st_ == "never_started" and s <= marks[-1]}
+        if not behind:
+            break
+    assert marks[0] == change - US + timedelta(hours=3)
+    assert marks[-1] == as_of and len(marks) == 4
+
+
+def test_the_duty_catches_up_in_short_calls_and_stops_when_asked(db_url: str) -> None:
+    """runner/gapscan.py's Advancer, on an autocommit connection as the loop gives it: a job
+    tracked from 20 days ago is caught up over several calls (each its own transaction), the
+    span it learned kept; with its stop event set it makes one call and returns, the scan
+    still correct."""
+    from runner import gapscan
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        sync(conn, now=now - timedelta(days=20), late={"every": "1h", "track_from": now - timedelta(days=20)},
+             other={"every": "1h", "track_from": now - timedelta(days=20)})
+        stopped = threading.Event()
+        stopped.set()
+        first = gapscan.Advancer(stopped, span=timedelta(days=1), target=60.0)
+        first(conn)
+        assert first.calls == 1
+        mark = watermark(conn, "late")
+        assert mark is not None and mark < now - timedelta(days=18)
+        with conn.transaction():
+            assert gaps(conn, now) == unwatermarked(conn, now)
+        duty = gapscan.Advancer(threading.Event(), span=timedelta(days=1), target=60.0)
+        duty(conn)
+        # quick calls double the span: 1, 2, 4, 8, then 16 days: 5 calls over the 19 days left
+        assert duty.calls == 5 and duty.span == timedelta(days=16)
+        assert bounded(conn, None, timedelta(minutes=1))[1] == 0  # caught up: nothing behind
+        assert watermark(conn, "late") >= now  # type: ignore[operator]
+        with conn.transaction():
+            assert gaps(conn, now) == unwatermarked(conn, now)
+        slow = gapscan.Advancer(threading.Event(), span=timedelta(days=4), target=0.0)
+        slow(conn)  # every call "too slow": the span halves each time, never below the minimum
+        assert slow.span == max(gapscan.MIN_SPAN, timedelta(days=4) / 2 ** slow.calls)
 
 
 def test_advance_is_safe_from_several_processes_at_once(db_url: str) -> None:

@@ -19,7 +19,7 @@ UPGRADE = [
     "revisions/0009_retention.sql",
     "functions/duty_lock_key_v1.sql",
     "revisions/0009_retention.missing_slots.sql",
-    "functions/advance_watermarks_v1.sql",
+    "revisions/0009_retention.advance_watermarks.sql",
     "functions/check_v1.sql",
     "revisions/0009_retention.job_health.sql",
     "revisions/0009_retention.alerts.sql",

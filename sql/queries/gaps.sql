@@ -1,8 +1,14 @@
 -- Named statements of `runner gaps` (runner/cli.py): the gap scan, runner.missing_slots.
 
 -- name: advance_watermarks
--- Move the gap-scan watermarks first, so that the scan expands only recent slots.
-SELECT runner.advance_watermarks_v1() AS advanced
+-- Move the gap-scan watermarks first, so that the scan expands only recent slots: one call,
+-- at most a day of each job's slots (a ledger whose watermarks are far behind is caught up
+-- by the runners' duty, in short transactions; the scan is correct wherever they stand).
+SELECT a.moved AS advanced FROM runner.advance_watermarks_v2(NULL, interval '1 day') AS a
+
+-- name: advance_watermarks_bounded
+-- One bounded call of the duty (runner/gapscan.py): each job's watermark at most max_span on.
+SELECT a.moved, a.behind FROM runner.advance_watermarks_v2(NULL, %(max_span)s::interval) AS a
 
 -- name: list_gaps
 -- The gap scan at the database's now(), narrowed to one job and to slots at or after `since`

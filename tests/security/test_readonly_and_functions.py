@@ -11,6 +11,7 @@ from tests.security.conftest import Logins, refused, snapshot
 from tests.support import rows, scalar
 
 WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "record_replay_plan_v1", "advance_watermarks_v1",
+                    "advance_watermarks_v2",  # bounded per call (revision 0020)
                     "tier_backfill_v1", "lane_budget_v1", "lane_spend_v1",
                     "prune_instances_v1"}  # the retention duty's instance rows (revision 0016)
 OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
@@ -31,6 +32,7 @@ READONLY_FORBIDDEN = {
     "pause": "SELECT * FROM runner.set_job_paused_v1('hello', true, 'r', 'r')",
     "backfill_pause": "SELECT runner.pause_backfill_v1({plan_running}, 'r', 'r')",
     "advance_watermarks": "SELECT runner.advance_watermarks_v1()",
+    "advance_watermarks_bounded": "SELECT * FROM runner.advance_watermarks_v2(NULL, interval '1 hour')",
     "finish": "SELECT * FROM runner.finish_attempts_v1('[]')",
     "lock_a_plan": "SELECT * FROM runner.lock_backfill_for_action({plan_running}, 'x', ARRAY['running'], 'r', 'r')",
     "update_a_run": "UPDATE runner.job_runs SET status = 'dead'",

@@ -1,0 +1,104 @@
+"""Catching up the gap-scan watermarks of an old ledger: one statement or bounded steps.
+
+    python scripts/bench/watermark_catchup.py --db DB
+
+On an existing seeded ledger (scripts/bench/ledger_age.py --seed-only DB, or a database
+it kept with BENCH_KEEP_DB=1): every watermark and hole is set aside (in a transaction rolled
+back at the end, so the ledger is left as found), then
+
+  * uncapped: one call of runner.advance_watermarks_v2(now, NULL), what runner.advance_watermarks_v1
+    (and every runner before revision 0020_bounded) does: its wall time is the age of the
+    snapshot it holds;
+  * bounded: the same catch-up by the runners' duty (runner/gapscan.py Advancer, its defaults:
+    first span 6 hours, aiming at ~1 s a call), each call timed: calls, median and longest call,
+    total; and whether both leave the same holes.
+
+The two run in savepoints of one transaction here (so the bounded calls are not separate
+transactions as in a runner; what is measured is each call's own time, which is what a
+runner's transaction would last).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from benchlib import DEFAULT_DSN, dsn_for, environment  # noqa: E402
+from gap_scan import url_of  # noqa: E402
+
+from runner import gapscan  # noqa: E402
+
+HOLES = "SELECT count(*), md5(string_agg(job_name || schedule_slot || partition_key || whole_slot, ',' ORDER BY 1)) FROM" \
+        " (SELECT job_name, schedule_slot, partition_key, whole_slot FROM runner.gap_holes ORDER BY 1, 2, 3, 4) h"
+
+
+def set_aside(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DELETE FROM runner.gap_holes")
+    conn.execute("DELETE FROM runner.gap_watermarks")
+
+
+def catchup(url: str) -> dict[str, Any]:
+    with psycopg.connect(url) as conn:
+        conn.execute("SET jit = off")
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        jobs = conn.execute("SELECT count(*) FROM runner.jobs").fetchone()[0]  # type: ignore[index]
+        history = conn.execute("SELECT now() - min(track_from) FROM runner.jobs").fetchone()[0]  # type: ignore[index]
+        with conn.transaction(force_rollback=True):
+            set_aside(conn)
+            t = time.perf_counter()
+            conn.execute("SELECT * FROM runner.advance_watermarks_v2(%s, NULL)", (now,))
+            uncapped_s = time.perf_counter() - t
+            uncapped_holes = conn.execute(HOLES).fetchone()
+            set_aside(conn)
+            times: list[float] = []
+            duty = gapscan.Advancer(threading.Event())
+            spans: list[str] = []
+            while True:
+                t = time.perf_counter()
+                moved, behind = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, %s)",
+                                             (now, duty.span)).fetchone()  # type: ignore[misc]
+                took = time.perf_counter() - t
+                times.append(took)
+                spans.append(str(duty.span))
+                # the Advancer's own rule, applied to this call
+                if took > duty.target:
+                    duty.span = max(gapscan.MIN_SPAN, duty.span / 2)
+                elif took < duty.target / 4 and behind:
+                    duty.span = min(gapscan.MAX_SPAN, duty.span * 2)
+                if not behind:
+                    break
+            bounded_holes = conn.execute(HOLES).fetchone()
+    return {
+        "jobs": jobs, "history": str(history), "uncapped_s": round(uncapped_s, 2),
+        "bounded": {"calls": len(times), "median_call_s": round(statistics.median(times), 3),
+                    "longest_call_s": round(max(times), 3), "total_s": round(sum(times), 2),
+                    "spans": spans},
+        "holes": uncapped_holes[0] if uncapped_holes else None,  # type: ignore[index]
+        "same_holes": uncapped_holes == bounded_holes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN")
+    parser.add_argument("--db", required=True, help="a seeded ledger")
+    args = parser.parse_args()
+    out = {"environment": environment(args.dsn), "catchup": catchup(url_of(dsn_for(args.dsn, args.db)))}
+    print(json.dumps(out, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
