@@ -78,7 +78,7 @@ def catchup(url: str) -> dict[str, Any]:
                     duty.span = max(gapscan.MIN_SPAN, duty.span / 2)
                 elif took < duty.target / 4 and behind:
                     duty.span = min(gapscan.MAX_SPAN, duty.span * 2)
-                if not behind:
+                if not behind or len(times) >= 2000:
                     break
             bounded_holes = conn.execute(HOLES).fetchone()
     return {

@@ -41,10 +41,11 @@
 -- the advance's) is caught by schedule_from: the view trusts the watermark only below that
 -- change. Call it in READ COMMITTED (the default), in its own short transaction.
 --
--- Cost: at most max_span of each job's slots, plus one index probe per recorded hole under
--- the watermark (a hole is a slot the view lists as never started), plus one hash lookup per
--- hole above it up to the target (holes a newer schedule may no longer expect: an anti-join
--- against the slots just expanded).
+-- Cost: at most max_span of each job's slots, plus one hash lookup per hole above the
+-- watermark up to the target (holes a newer schedule may no longer expect: an anti-join
+-- against the slots just expanded), plus, in a job's last step only, one index probe per
+-- recorded hole under the watermark (a hole is a slot the view lists as never started; the
+-- view probes the same holes on every scan, so this follows the size of its answer).
 --
 -- Privileges: it writes only derived data (runner.gap_watermarks and runner.gap_holes), so it
 -- runs as its owner (SECURITY DEFINER, with a fixed search_path), and the roles of
@@ -153,10 +154,12 @@ BEGIN
     ), forgotten_inside AS (
         -- Holes the trusted watermark covers stay until they get a run: one index probe per
         -- hole. A whole-slot hole goes once every partition recorded for the slot (if any
-        -- was recorded after it; else one run) has a run.
+        -- was recorded after it; else one run) has a run. Only in a job's last step (target
+        -- = as_of): this is cleanup (the view probes each hole for a run itself), and on
+        -- every step of a long catch-up it would probe all the job's holes again each time.
         DELETE FROM runner.gap_holes h
         USING base b
-        WHERE h.job_name = b.job_name
+        WHERE h.job_name = b.job_name AND b.target = clock
           AND b.wm IS NOT NULL AND h.schedule_slot <= b.wm AND h.schedule_slot >= b.track_from
           AND NOT EXISTS (
               SELECT 1
