@@ -6,15 +6,16 @@ runner moves the watermarks forward every ``interval`` seconds in a thread of it
 connection of its own, so an advance never holds up the loop. Several runners may do it at
 once: the function skips watermark rows another holds.
 
-Bounded passes (revision 0020_bounded). One call moves each job's watermark at most
-``span`` forward and says how many jobs are still behind; a pass calls it again, each call
-its own transaction (the connection is in autocommit), until none is behind. So the first
-pass over a ledger a year old is many short statements, not one of minutes whose snapshot
-would keep every vacuum of the database from removing dead rows meanwhile. The span adapts
-to what a call costs on this ledger: halved when a call took longer than ``target`` seconds,
-doubled (up to ``MAX_SPAN``) when it took under a quarter of it and jobs are still behind. A
-pass ends early when the runner stops; what it did so far is kept (any watermark is correct:
-the view expands from wherever it stands).
+Bounded passes (revision 0020_bounded). One call expands about ``budget`` slot x partition
+probes in all (each job an even share, turned into a span by the job's own density, at least
+one slot) and says how many jobs are still behind; a pass calls it again, each call its own
+transaction (the connection is in autocommit), until none is behind. So the first pass over a
+ledger a year old is many short statements, not one of minutes whose snapshot would keep
+every vacuum of the database from removing dead rows meanwhile. The budget adapts to what a
+call costs on this ledger and server: halved when a call took longer than ``target`` seconds,
+doubled (up to ``MAX_BUDGET``) when it took under a quarter of it and jobs are still behind.
+A pass ends early when the runner stops; what it did so far is kept (any watermark is
+correct: the view expands from wherever it stands).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -32,15 +32,15 @@ from runner.sqlfiles import queries
 log = logging.getLogger("runner.gapscan")
 Q = queries("gaps")
 
-FIRST_SPAN = timedelta(hours=6)
-MIN_SPAN = timedelta(minutes=1)
-MAX_SPAN = timedelta(days=30)
+FIRST_BUDGET = 100_000  # slot x partition probes of one call (about 0.3 s on a quiet two-core machine)
+MIN_BUDGET = 1_000
+MAX_BUDGET = 10_000_000
 TARGET_SECONDS = 1.0  # what one call should cost, about
 
 
-def run_once(conn: psycopg.Connection[Any], span: timedelta | None = None) -> tuple[int, int]:
-    """One call of the advance: (jobs moved, jobs still behind). ``span`` None: no cap."""
-    row = conn.execute(Q["advance_watermarks_bounded"], {"max_span": span}).fetchone()
+def run_once(conn: psycopg.Connection[Any], budget: int | None = None) -> tuple[int, int]:
+    """One call of the advance: (jobs moved, jobs still behind). ``budget`` None: no cap."""
+    row = conn.execute(Q["advance_watermarks_bounded"], {"max_probes": budget}).fetchone()
     if not row:
         return 0, 0
     return int(row[0] or 0), int(row[1] or 0)
@@ -50,12 +50,12 @@ class Advancer:
     """The duty's pass beside the loop (``duties.on_own_connection``, every
     ``watermark_interval``): bounded calls until no job is behind, or ``stop`` is set. A
     failure is retried next time (the view stays correct without it, only slower). It keeps
-    the span it learned from one pass to the next."""
+    the budget it learned from one pass to the next."""
 
-    def __init__(self, stop: threading.Event | None = None, *, span: timedelta = FIRST_SPAN,
+    def __init__(self, stop: threading.Event | None = None, *, budget: int = FIRST_BUDGET,
                  target: float = TARGET_SECONDS) -> None:
         self.stop = stop if stop is not None else threading.Event()
-        self.span = span
+        self.budget = budget
         self.target = target
         self.calls = 0  # in all passes (tests, logs)
 
@@ -63,16 +63,20 @@ class Advancer:
         moved_total = 0
         while True:
             started = time.monotonic()
-            moved, behind = run_once(conn, self.span)
+            moved, behind = run_once(conn, self.budget)
             took = time.monotonic() - started
             self.calls += 1
             moved_total += moved
-            if took > self.target:
-                self.span = max(MIN_SPAN, self.span / 2)
-            elif took < self.target / 4 and behind:
-                self.span = min(MAX_SPAN, self.span * 2)
+            self.adapt(took, behind)
             if not behind or self.stop.is_set():
                 break
-            log.debug("gap-scan watermarks: %d job(s) still behind (%.2f s, next span %s)",
-                      behind, took, self.span)
+            log.debug("gap-scan watermarks: %d job(s) still behind (%.2f s, next budget %d)",
+                      behind, took, self.budget)
         log.debug("gap-scan watermarks advanced for %d job(s)", moved_total)
+
+    def adapt(self, took: float, behind: int) -> None:
+        """The budget of the next call, from what this one cost."""
+        if took > self.target:
+            self.budget = max(MIN_BUDGET, self.budget // 2)
+        elif took < self.target / 4 and behind:
+            self.budget = min(MAX_BUDGET, self.budget * 2)

@@ -83,9 +83,11 @@ def advance(conn: psycopg.Connection[Any], as_of: datetime | None = None) -> int
     return int(row[0])
 
 
-def bounded(conn: psycopg.Connection[Any], as_of: datetime | None, span: timedelta | None) -> tuple[int, int]:
+def bounded(conn: psycopg.Connection[Any], as_of: datetime | None, span: timedelta | None,
+            probes: int | None = None) -> tuple[int, int]:
     """One call of runner.advance_watermarks_v2: (moved, behind)."""
-    row = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, %s)", (as_of, span)).fetchone()
+    row = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, %s, %s)",
+                       (as_of, span, probes)).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
@@ -408,14 +410,35 @@ def test_a_bounded_advance_catches_up_a_long_history_over_several_calls(tx: psyc
                            " WHERE job_name = 'job'") == holes
 
 
-def test_a_bounded_advance_rejects_a_span_that_is_not_positive(tx: psycopg.Connection[Any]) -> None:
+def test_a_bounded_advance_rejects_caps_that_are_not_positive(tx: psycopg.Connection[Any]) -> None:
     sync(tx, now=T0, job={"every": "1m"})
     before = rows_in(tx, "SELECT complete_through FROM runner.gap_watermarks")
-    for span in (timedelta(0), timedelta(minutes=-5)):
+    for span, probes, message in ((timedelta(0), None, "max_span must be a positive interval"),
+                                  (timedelta(minutes=-5), None, "max_span must be a positive interval"),
+                                  (None, 0, "max_probes must be a positive number"),
+                                  (None, -10, "max_probes must be a positive number")):
         with tx.transaction(force_rollback=True), pytest.raises(psycopg.errors.InvalidParameterValue,
-                                                                 match="max_span must be a positive interval"):
-            bounded(tx, T0 + timedelta(hours=1), span)
+                                                                 match=message):
+            bounded(tx, T0 + timedelta(hours=1), span, probes)
     assert rows_in(tx, "SELECT complete_through FROM runner.gap_watermarks") == before
+
+
+def test_a_probe_budget_gives_each_job_a_span_by_its_density(db_url: str) -> None:
+    """max_probes is shared evenly by the jobs and turned into a span by each job's rate: a
+    job every minute with 100 partitions moves 10 minutes on 1,000 probes, an hourly one is
+    caught up at once; a job whose share is less than one slot still moves one slot."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        start = T0
+        sync(conn, now=start, dense={"every": "1m", "partitions": [f"p{i}" for i in range(100)]},
+             sparse={"every": "1h"}, huge={"every": "1m", "partitions": [f"t{i}" for i in range(5000)]})
+        as_of = start + timedelta(days=2)
+        expected = unwatermarked(conn, as_of)
+        assert bounded(conn, as_of, None, 3000) == (3, 2)  # 1,000 probes each
+        assert watermark(conn, "dense") == start - US + timedelta(minutes=10)
+        assert watermark(conn, "sparse") == as_of
+        assert watermark(conn, "huge") == start - US + timedelta(minutes=1)  # one slot: 5,000 probes
+        with conn.transaction():
+            assert gaps(conn, as_of) == expected
 
 
 def test_holes_above_the_bounded_target_are_judged_when_their_slots_are_expanded(
@@ -453,7 +476,7 @@ def test_holes_above_the_bounded_target_are_judged_when_their_slots_are_expanded
 def test_the_duty_catches_up_in_short_calls_and_stops_when_asked(db_url: str) -> None:
     """runner/gapscan.py's Advancer, on an autocommit connection as the loop gives it: a job
     tracked from 20 days ago is caught up over several calls (each its own transaction), the
-    span it learned kept; with its stop event set it makes one call and returns, the scan
+    budget it learned kept; with its stop event set it makes one call and returns, the scan
     still correct."""
     from runner import gapscan
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -462,24 +485,25 @@ def test_the_duty_catches_up_in_short_calls_and_stops_when_asked(db_url: str) ->
              other={"every": "1h", "track_from": now - timedelta(days=20)})
         stopped = threading.Event()
         stopped.set()
-        first = gapscan.Advancer(stopped, span=timedelta(days=1), target=60.0)
+        # two hourly jobs: a budget of 48 probes is 24 of each, 24 hours
+        first = gapscan.Advancer(stopped, budget=48, target=60.0)
         first(conn)
         assert first.calls == 1
         mark = watermark(conn, "late")
         assert mark is not None and mark < now - timedelta(days=18)
         with conn.transaction():
             assert gaps(conn, now) == unwatermarked(conn, now)
-        duty = gapscan.Advancer(threading.Event(), span=timedelta(days=1), target=60.0)
+        duty = gapscan.Advancer(threading.Event(), budget=48, target=60.0)
         duty(conn)
-        # quick calls double the span: 1, 2, 4, 8, then 16 days: 5 calls over the 19 days left
-        assert duty.calls == 5 and duty.span == timedelta(days=16)
+        # quick calls double the budget: 24, 48, 96, 192, then 384 hours: 5 calls over the 19 days left
+        assert duty.calls == 5 and duty.budget == 768
         assert bounded(conn, None, timedelta(minutes=1))[1] == 0  # caught up: nothing behind
         assert watermark(conn, "late") >= now  # type: ignore[operator]
         with conn.transaction():
             assert gaps(conn, now) == unwatermarked(conn, now)
-        slow = gapscan.Advancer(threading.Event(), span=timedelta(days=4), target=0.0)
-        slow(conn)  # every call "too slow": the span halves each time, never below the minimum
-        assert slow.span == max(gapscan.MIN_SPAN, timedelta(days=4) / 2 ** slow.calls)
+        slow = gapscan.Advancer(threading.Event(), budget=4000, target=0.0)
+        slow(conn)  # every call "too slow": the budget halves each time, never below the minimum
+        assert slow.budget == max(gapscan.MIN_BUDGET, 4000 // 2 ** slow.calls)
 
 
 def test_advance_is_safe_from_several_processes_at_once(db_url: str) -> None:

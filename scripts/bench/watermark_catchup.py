@@ -6,11 +6,11 @@ On an existing seeded ledger (scripts/bench/ledger_age.py --seed-only DB, or a d
 it kept with BENCH_KEEP_DB=1): every watermark and hole is set aside (in a transaction rolled
 back at the end, so the ledger is left as found), then
 
-  * uncapped: one call of runner.advance_watermarks_v2(now, NULL), what runner.advance_watermarks_v1
+  * uncapped: one call of runner.advance_watermarks_v2(now, NULL, NULL), what runner.advance_watermarks_v1
     (and every runner before revision 0020_bounded) does: its wall time is the age of the
     snapshot it holds;
   * bounded: the same catch-up by the runners' duty (runner/gapscan.py Advancer, its defaults:
-    first span 6 hours, aiming at ~1 s a call), each call timed: calls, median and longest call,
+    a first budget of 100,000 probes, aiming at ~1 s a call), each call timed: calls, median and longest call,
     total; and whether both leave the same holes.
 
 The two run in savepoints of one transaction here (so the bounded calls are not separate
@@ -59,25 +59,21 @@ def catchup(url: str) -> dict[str, Any]:
         with conn.transaction(force_rollback=True):
             set_aside(conn)
             t = time.perf_counter()
-            conn.execute("SELECT * FROM runner.advance_watermarks_v2(%s, NULL)", (now,))
+            conn.execute("SELECT * FROM runner.advance_watermarks_v2(%s, NULL, NULL)", (now,))
             uncapped_s = time.perf_counter() - t
             uncapped_holes = conn.execute(HOLES).fetchone()
             set_aside(conn)
             times: list[float] = []
             duty = gapscan.Advancer(threading.Event())
-            spans: list[str] = []
+            budgets: list[int] = []
             while True:
                 t = time.perf_counter()
-                _, behind = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, %s)",
-                                             (now, duty.span)).fetchone()  # type: ignore[misc]
+                _, behind = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, NULL, %s)",
+                                         (now, duty.budget)).fetchone()  # type: ignore[misc]
                 took = time.perf_counter() - t
                 times.append(took)
-                spans.append(str(duty.span))
-                # the Advancer's own rule, applied to this call
-                if took > duty.target:
-                    duty.span = max(gapscan.MIN_SPAN, duty.span / 2)
-                elif took < duty.target / 4 and behind:
-                    duty.span = min(gapscan.MAX_SPAN, duty.span * 2)
+                budgets.append(duty.budget)
+                duty.adapt(took, behind)  # the Advancer's own rule
                 if not behind or len(times) >= 2000:
                     break
             bounded_holes = conn.execute(HOLES).fetchone()
@@ -85,7 +81,7 @@ def catchup(url: str) -> dict[str, Any]:
         "jobs": jobs, "history": str(history), "uncapped_s": round(uncapped_s, 2),
         "bounded": {"calls": len(times), "median_call_s": round(statistics.median(times), 3),
                     "longest_call_s": round(max(times), 3), "total_s": round(sum(times), 2),
-                    "spans": spans},
+                    "budgets": budgets},
         "holes": uncapped_holes[0] if uncapped_holes else None,  # type: ignore[index]
         "same_holes": uncapped_holes == bounded_holes,
     }

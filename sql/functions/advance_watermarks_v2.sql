@@ -1,8 +1,11 @@
--- runner.advance_watermarks_v2(as_of, max_span): move each job's gap-scan watermark towards
--- as_of (default now()), at most max_span past where it stands, so that runner.missing_slots
+-- runner.advance_watermarks_v2(as_of, max_span, max_probes): move each job's gap-scan
+-- watermark towards as_of (default now()), at most max_span past where it stands and at most
+-- about max_probes slot x partition expansions in all (each job an even share, converted to a
+-- span by the job's densest schedule: a job every second with 10,000 partitions gets a short
+-- span, a daily one a long one; never less than one slot's step), so that runner.missing_slots
 -- expands only the slots after it. Returns one row: `moved`, how many jobs' watermarks moved,
 -- and `behind`, how many of the jobs it advanced are still short of as_of (call again, in a
--- new transaction, to go on). max_span NULL: no cap (runner.advance_watermarks_v1 is that).
+-- new transaction, to go on). Both caps NULL: no cap (runner.advance_watermarks_v1 is that).
 -- The loop's duty calls it until nothing is behind (runner/gapscan.py); `runner gaps` calls it
 -- once first.
 --
@@ -26,9 +29,9 @@
 -- its whole history in one statement: 92 s for 90 days of 1,000 jobs (29M runs), and a
 -- statement that long holds a snapshot that keeps every vacuum of the database from removing
 -- anything meanwhile (seen: autovacuum of the hot tables finding 100,000 dead versions "not yet
--- removable" for minutes). With max_span, one call expands at most max_span of each job's
--- slots: its cost follows the jobs' rate, not the ledger's age, and catching up is a series of
--- short transactions. Any watermark is correct, so a partial advance never changes what the
+-- removable" for minutes). With the caps, one call expands a bounded number of slots: its
+-- cost follows the budget, not the ledger's age, and catching up is a series of short
+-- transactions. Any watermark is correct, so a partial advance never changes what the
 -- gap scan lists: the view expands from wherever the watermark stands up to its as_of.
 --
 -- Concurrency. Safe from several processes at once: each job's watermark row is locked with
@@ -41,7 +44,7 @@
 -- the advance's) is caught by schedule_from: the view trusts the watermark only below that
 -- change. Call it in READ COMMITTED (the default), in its own short transaction.
 --
--- Cost: at most max_span of each job's slots, plus one hash lookup per hole above the
+-- Cost: at most max_span of each job's slots and about max_probes (or one slot per job), plus one hash lookup per hole above the
 -- watermark up to the target (holes a newer schedule may no longer expect: an anti-join
 -- against the slots just expanded), plus, in a job's last step only, one index probe per
 -- recorded hole under the watermark (a hole is a slot the view lists as never started; the
@@ -52,7 +55,7 @@
 -- sql/roles.sql need no DELETE for it. EXECUTE is revoked from PUBLIC: roles.sql grants it to
 -- the worker role; `runner gaps` run by a role without it scans without advancing.
 CREATE OR REPLACE FUNCTION runner.advance_watermarks_v2(
-    as_of timestamptz DEFAULT NULL, max_span interval DEFAULT NULL,
+    as_of timestamptz DEFAULT NULL, max_span interval DEFAULT NULL, max_probes integer DEFAULT NULL,
     OUT moved integer, OUT behind integer)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -65,6 +68,10 @@ DECLARE
 BEGIN
     IF max_span IS NOT NULL AND max_span <= interval '0' THEN
         RAISE EXCEPTION 'max_span must be a positive interval, not %', max_span
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_probes IS NOT NULL AND max_probes <= 0 THEN
+        RAISE EXCEPTION 'max_probes must be a positive number, not %', max_probes
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
@@ -95,13 +102,39 @@ BEGIN
         FROM runner.jobs j
         JOIN runner.gap_watermarks w ON w.job_name = j.job_name
         WHERE j.job_name = ANY (locked)
-    ), base AS MATERIALIZED (
-        -- target: where this call's expansion of the job ends (its new complete_through)
+    ), rated AS MATERIALIZED (
+        -- the job's densest schedule row, in slot x partition probes per second: an upper
+        -- bound (a cron fires at most once a minute; a dynamic job counts its last fan-out)
         SELECT m.*,
-               CASE WHEN max_span IS NULL THEN clock
-                    ELSE least(clock, coalesce(m.wm, m.track_from - interval '1 microsecond') + max_span)
-               END AS target
+               (SELECT max(CASE WHEN s.schedule_kind = 'every'
+                                THEN 1.0 / greatest(extract(epoch FROM s.every_interval), 0.000001)
+                                ELSE 1.0 / 60 END
+                           * CASE WHEN NOT s.dynamic_partitions
+                                  THEN greatest(coalesce(cardinality(s.partitions), 1), 1)
+                                  ELSE greatest(coalesce((SELECT cardinality(f.partitions) FROM runner.slot_fanouts f
+                                                          WHERE f.job_name = m.job_name
+                                                          ORDER BY f.schedule_slot DESC LIMIT 1), 1), 1) END)
+                FROM runner.job_schedules s WHERE s.job_name = m.job_name) AS rate,
+               (SELECT min(CASE WHEN s.schedule_kind = 'every' THEN greatest(s.every_interval, interval '1 second')
+                                ELSE interval '1 minute' END)
+                FROM runner.job_schedules s WHERE s.job_name = m.job_name) AS step
         FROM marks m
+    ), base AS MATERIALIZED (
+        -- target: where this call's expansion of the job ends (its new complete_through):
+        -- at most max_span on, and at most the job's even share of max_probes at its rate
+        -- (but at least one slot's step, so that every call moves every job)
+        SELECT r.job_name, r.track_from, r.schedule_from, r.wm,
+               least(clock,
+                     coalesce(r.wm, r.track_from - interval '1 microsecond')
+                     + least(coalesce(max_span, interval '100 years'),
+                             CASE WHEN max_probes IS NULL THEN interval '100 years'
+                                  ELSE greatest(r.step,
+                                                make_interval(secs => least(
+                                                    max_probes::float8 / cardinality(locked)
+                                                    / coalesce(nullif(r.rate, 0), 1.0 / 60),
+                                                    3.0e9)))
+                             END)) AS target
+        FROM rated r
     ), segments AS (
         SELECT b.job_name, s.schedule_kind, s.cron, s.every_interval, s.timezone,
                s.partitions, s.dynamic_partitions,
@@ -194,4 +227,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION runner.advance_watermarks_v2(timestamptz, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION runner.advance_watermarks_v2(timestamptz, interval, integer) FROM PUBLIC;

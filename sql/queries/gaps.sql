@@ -2,13 +2,13 @@
 
 -- name: advance_watermarks
 -- Move the gap-scan watermarks first, so that the scan expands only recent slots: one call,
--- at most a day of each job's slots (a ledger whose watermarks are far behind is caught up
--- by the runners' duty, in short transactions; the scan is correct wherever they stand).
-SELECT a.moved AS advanced FROM runner.advance_watermarks_v2(NULL, interval '1 day') AS a
+-- about 200,000 slot expansions at most (a ledger whose watermarks are far behind is caught
+-- up by the runners' duty, in short transactions; the scan is correct wherever they stand).
+SELECT a.moved AS advanced FROM runner.advance_watermarks_v2(NULL, NULL, 200000) AS a
 
 -- name: advance_watermarks_bounded
--- One bounded call of the duty (runner/gapscan.py): each job's watermark at most max_span on.
-SELECT a.moved, a.behind FROM runner.advance_watermarks_v2(NULL, %(max_span)s::interval) AS a
+-- One bounded call of the duty (runner/gapscan.py): about max_probes slot expansions in all.
+SELECT a.moved, a.behind FROM runner.advance_watermarks_v2(NULL, NULL, %(max_probes)s::integer) AS a
 
 -- name: list_gaps
 -- The gap scan at the database's now(), narrowed to one job and to slots at or after `since`

@@ -32,7 +32,7 @@ READONLY_FORBIDDEN = {
     "pause": "SELECT * FROM runner.set_job_paused_v1('hello', true, 'r', 'r')",
     "backfill_pause": "SELECT runner.pause_backfill_v1({plan_running}, 'r', 'r')",
     "advance_watermarks": "SELECT runner.advance_watermarks_v1()",
-    "advance_watermarks_bounded": "SELECT * FROM runner.advance_watermarks_v2(NULL, interval '1 hour')",
+    "advance_watermarks_bounded": "SELECT * FROM runner.advance_watermarks_v2(NULL, interval '1 hour', 1000)",
     "finish": "SELECT * FROM runner.finish_attempts_v1('[]')",
     "lock_a_plan": "SELECT * FROM runner.lock_backfill_for_action({plan_running}, 'x', ARRAY['running'], 'r', 'r')",
     "update_a_run": "UPDATE runner.job_runs SET status = 'dead'",
