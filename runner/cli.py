@@ -827,17 +827,27 @@ def prune(
 
     if archive_table and archive_file:
         fail("give --archive-table or --archive-file, not both", 2)
+    if archive_table is not None:
+        try:
+            retention.check_archive_table(archive_table)
+        except ValueError as exc:
+            fail(str(exc), 2)
     with _errors():
         _, conn = _open_ledger(database_url)
-        out = retention.open_archive(archive_file) if archive_file else None
+        # a dry run deletes nothing, so it archives nothing: no file or table is made
+        try:
+            out = retention.open_archive(archive_file) if archive_file and not dry_run else None
+        except retention.ArchiveError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             report = retention.prune(conn, lock_namespace(), batch=batch, dry_run=dry_run, limit=limit,
-                                     archive_table=archive_table, archive_file=out)
-        except ValueError as exc:
+                                     archive_table=None if dry_run else archive_table, archive_file=out)
+        except (ValueError, retention.ArchiveError) as exc:
             raise ConfigError(str(exc)) from None
         finally:
             if out is not None:
-                out.close()
+                with suppress(OSError):  # every pass's lines were flushed and synced before its commit
+                    out.close()
         conn.close()
     if as_json:
         _print_value({"dry_run": dry_run, "runs": report.runs, "attempts": report.attempts,
@@ -1361,10 +1371,28 @@ def web(
 
 
 def main() -> None:
+    """``runner``: a usage error (a bad option value, a missing option, an unknown command) is
+    one line on stderr and exit code 2, like every other error (one line, exit 1)."""
+    # the click typer runs on (its own copy in typer >= 0.24, else click): its base exception
+    click_exception: type[Exception] = next(
+        c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click_exception as failure:
+        exc: Any = failure
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `runner` or `runner db` alone: the help
+            exc.show()
+        else:
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            _say(f"runner: error: {' '.join(exc.format_message().split())}{where}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _say("runner: error: aborted; nothing written", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 

@@ -115,13 +115,7 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
     without ``retention=`` gets ``retention_default`` (None: never pruned)."""
     tracked: dict[str, datetime] = {}
     with conn.transaction():
-        retired = conn.execute(Q["retired_jobs"], {"job_names": [j.name for j in jobs]}).fetchall()
-        if retired:  # refused before anything is written (the transaction writes nothing)
-            name, when = retired[0]
-            raise JobRetired(
-                f"job {name!r} was retired at {_utc(when).isoformat()} (runner retire) and is back in "
-                f"the code: remove it, or run `runner unretire {name} --reason ...` first"
-                + (f" (and {len(retired) - 1} more retired job(s))" if len(retired) > 1 else ""))
+        _refuse_retired(conn, jobs)  # before anything is written (the transaction writes nothing)
         for job in sorted(jobs, key=lambda j: j.name):  # a fixed order: no deadlock between syncers
             sched = job.schedule
             options = {
@@ -164,10 +158,23 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
                 "now": now,
             }
             row = conn.execute(Q["sync_job"], params).fetchone()
+            if row is None:  # retired while this sync waited for its row: refused, rolled back
+                _refuse_retired(conn, [job])
             assert row is not None
             tracked[job.name] = _utc(row[2])
             conn.execute(Q["record_schedule"], {"job_name": job.name, "now": now})
     return tracked
+
+
+def _refuse_retired(conn: psycopg.Connection[Any], jobs: Sequence[JobDef]) -> None:
+    """Raise JobRetired when an operator retired one of ``jobs`` (runner retire)."""
+    retired = conn.execute(Q["retired_jobs"], {"job_names": [j.name for j in jobs]}).fetchall()
+    if retired:
+        name, when = retired[0]
+        raise JobRetired(
+            f"job {name!r} was retired at {_utc(when).isoformat()} (runner retire) and is back in "
+            f"the code: remove it, or run `runner unretire {name} --reason ...` first"
+            + (f" (and {len(retired) - 1} more retired job(s))" if len(retired) > 1 else ""))
 
 
 def schedules_since(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> dict[str, datetime]:

@@ -22,15 +22,24 @@ function takes a transaction-level advisory lock (namespace, runner.duty_lock_ke
 and returns at once when another caller holds it. Each pass is its own error boundary: a
 failure is logged and the next pass tries again.
 
-``prune`` is the CLI's side: passes until nothing is left (or ``limit``), optionally writing
+``prune`` is the CLI's side: each pass first waits for the fleet's lock (a runner's pass
+holds it briefly), so that "nothing pruned" means nothing was left, never that a runner was
+pruning at that moment; passes until nothing is left (or ``limit``), optionally writing
 every pruned run (with its attempts and effects, as JSON) to an archive table or file in the
-same transaction as the deletion, before it commits: nothing goes unarchived.
+same transaction as the deletion, before it commits: nothing goes unarchived. A file's lines
+are flushed and fsync'ed before the commit (else a crash just after it could lose archived
+lines the deletion no longer has); a write that fails rolls the pass back (``ArchiveError``).
+An archive table is named by plain lowercase SQL names only, never in the runner's schema or
+a system one (``check_archive_table``): a name that needs quoting is refused, not quoted.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +56,17 @@ log = logging.getLogger("runner.retention")
 Q = queries("retention")
 
 MAX_BATCH = 10_000  # runner.prune_v1 caps a pass at this many runs
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # an unquoted SQL name PostgreSQL keeps as is
+_RESERVED_SCHEMAS = ("runner", "information_schema")
+
+
+class ArchiveError(Exception):
+    """Writing the archive file failed: the pass it was in was rolled back (nothing of it was
+    deleted); ``pruned`` runs of earlier passes were archived and pruned."""
+
+    def __init__(self, message: str, pruned: int) -> None:
+        super().__init__(message)
+        self.pruned = pruned
 
 
 def run_once(conn: psycopg.Connection[Any], batch: int, namespace: int,
@@ -89,12 +109,23 @@ class PruneReport:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
 
 
+def check_archive_table(name: str) -> tuple[str, ...]:
+    """The parts of an archive table's name (``table`` or ``schema.table``), each a plain
+    lowercase SQL name of at most 63 characters (what psql finds unquoted), not in the
+    runner's schema (the ledger's; dropped with it) nor a system one; else ValueError."""
+    parts = tuple(name.split("."))
+    if not 1 <= len(parts) <= 2 or not all(_PLAIN_NAME.fullmatch(p) for p in parts):
+        raise ValueError(f"--archive-table must be TABLE or SCHEMA.TABLE, each a plain lowercase SQL name "
+                         f"(a-z, 0-9, _; at most 63 characters), got {name!r}")
+    if len(parts) == 2 and (parts[0] in _RESERVED_SCHEMAS or parts[0].startswith("pg_")):
+        raise ValueError(f"--archive-table: not in the schema {parts[0]!r} (the runner's own or a system "
+                         f"one), got {name!r}")
+    return parts
+
+
 def _archive_table(conn: psycopg.Connection[Any], name: str, rows: list[dict[str, Any]]) -> None:
     """COPY the pruned rows into ``name`` (``schema.table`` or ``table``), created if missing."""
-    parts = name.split(".")
-    if not 1 <= len(parts) <= 2 or not all(parts):
-        raise ValueError(f"--archive-table must be TABLE or SCHEMA.TABLE, got {name!r}")
-    ident = sql.Identifier(*parts)
+    ident = sql.Identifier(*check_archive_table(name))
     conn.execute(sql.SQL(Q["archive_table_create"]).format(table=ident))
     with conn.cursor().copy(sql.SQL(Q["archive_table_copy"]).format(table=ident)) as copy:
         for r in rows:
@@ -118,15 +149,15 @@ def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
         if size <= 0:
             break
         with conn.transaction():
+            # wait for a runner's pass to end, rather than read "nothing left" off its lock
+            conn.execute(Q["prune_lock"], {"namespace": namespace})
             rows = ledger.dict_rows(conn, Q["prune"], {"batch": size, "now": now, "dry_run": dry_run,
                                                         "namespace": namespace})
             if rows and not dry_run:
                 if archive_table is not None:
                     _archive_table(conn, archive_table, rows)
                 if archive_file is not None:
-                    for r in rows:
-                        archive_file.write(json.dumps(r, default=str, sort_keys=True) + "\n")
-                    archive_file.flush()
+                    _archive_lines(archive_file, rows, report.runs)
         report.passes += 1
         for r in rows:
             report.add(r)
@@ -135,6 +166,29 @@ def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
     return report
 
 
+def _archive_lines(out: IO[str], rows: list[dict[str, Any]], pruned: int) -> None:
+    """Append the pass's rows to the archive file and put them on disk (flush, fsync) before
+    the caller commits the deletion; a failure raises ArchiveError (the pass rolls back)."""
+    try:
+        for r in rows:
+            out.write(json.dumps(r, default=str, sort_keys=True) + "\n")
+        out.flush()
+        try:
+            os.fsync(out.fileno())
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # a pipe or a terminal: nothing to sync
+                raise
+    except OSError as exc:
+        raise ArchiveError(f"--archive-file: writing failed ({exc.strerror or exc}); the pass it was in "
+                           f"deleted nothing ({pruned} run(s) of earlier passes were archived and pruned)",
+                           pruned) from None
+
+
 def open_archive(path: str) -> IO[str]:
-    """The archive file, appended to (a pass's rows are written before its deletion commits)."""
-    return Path(path).open("a", encoding="utf-8")
+    """The archive file, appended to (a pass's rows are written before its deletion commits);
+    ArchiveError when it cannot be opened for writing."""
+    try:
+        return Path(path).open("a", encoding="utf-8")
+    except OSError as exc:
+        raise ArchiveError(f"--archive-file {path!r} cannot be written: {exc.strerror or exc}; "
+                           "nothing pruned", 0) from None

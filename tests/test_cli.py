@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.support import run_cli, scalar
 
@@ -72,6 +73,19 @@ def test_usage_errors_exit_2(db_url: str) -> None:
     assert out.returncode == 2
     out = run_cli("start", "--workers", "0", url=db_url)
     assert out.returncode == 2
+
+
+@pytest.mark.parametrize("args", [
+    ["prune", "--batch", "0"], ["prune", "--batch", "10001"], ["prune", "--batch", "9" * 30],
+    ["prune", "--batch", "ten"], ["prune", "--limit", "-5"], ["prune", "--bogus"],
+    ["retire", "j", "--yes"], ["unretire"], ["start", "--prune-interval", "-1"], ["nosuch"],
+])
+def test_usage_errors_are_one_line(db_url: str, args: list[str]) -> None:
+    """A bad option value, a missing option or argument, an unknown option or command: one
+    line naming the command's --help, exit 2, like every other error."""
+    out = run_cli(*args, url=db_url)
+    assert out.returncode == 2, out.stderr
+    assert "--help" in one_line_error(out)
 
 
 def test_jobs_lists_definitions_as_json() -> None:

@@ -19,6 +19,7 @@ from runner.app import Retention, Runner, parse_retention
 from runner.errors import JobDefinitionError
 from runner.schedule import ScheduleError
 from tests.support import rows, scalar
+from tests.test_cli import one_line_error
 from tests.test_operators import cli, make_run
 
 H = timedelta(hours=1)
@@ -253,3 +254,136 @@ def test_an_archive_that_cannot_be_written_deletes_nothing(db_url: str) -> None:
     with psycopg.connect(db_url) as conn:
         assert slots_of(conn) == before
     assert scalar(db_url, "SELECT pruned_through FROM runner.gap_watermarks") is None
+
+
+def user_tables(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT schemaname, tablename FROM pg_tables"
+                        " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2").fetchall()
+
+
+@pytest.mark.parametrize("name", [
+    'a"b', "x; DROP TABLE runner.job_runs; --", "Pruned", "public.Pruned", "a.b.c", "", ".x", "x.",
+    "runner.archive", "pg_catalog.archive", "information_schema.archive", "x" * 64, "1abc", "a b",
+])
+def test_archive_table_names_that_need_quoting_are_refused(db_url: str, name: str) -> None:
+    """Only plain lowercase names (what psql finds unquoted), never in the runner's schema or
+    a system one: refused before anything is read or written, one line, usage exit code."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        before, tables = slots_of(conn), user_tables(conn)
+    out = cli("prune", "--archive-table", name, url=db_url)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "--archive-table" in one_line_error(out)
+    with psycopg.connect(db_url) as conn:
+        assert slots_of(conn) == before and user_tables(conn) == tables
+    assert scalar(db_url, "SELECT pruned_through FROM runner.gap_watermarks") is None
+
+
+def test_plain_archive_table_names_are_taken_as_they_are(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+    out = cli("prune", "--limit", "5", "--archive-table", "archive_2026_q1", url=db_url)
+    assert out.returncode == 0, out.stderr
+    assert scalar(db_url, "SELECT count(*) FROM archive_2026_q1") == 5
+
+
+@pytest.mark.parametrize("where", ["missing-dir/archive.jsonl", ".", "/dev/full"])
+def test_an_archive_file_that_cannot_be_written_deletes_nothing(db_url: str, tmp_path: Path, where: str) -> None:
+    """A folder that does not exist, a directory, a device that is full (the open succeeds,
+    the write fails): one line, exit 1, no run deleted."""
+    target = where if where.startswith("/") else str(tmp_path / where)
+    if where.startswith("/") and not Path(target).exists():
+        pytest.skip(f"{target} does not exist here")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        before = slots_of(conn)
+    out = cli("prune", "--archive-file", target, url=db_url)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    line = one_line_error(out)
+    assert "--archive-file" in line and "Traceback" not in out.stderr
+    with psycopg.connect(db_url) as conn:
+        assert slots_of(conn) == before
+    assert scalar(db_url, "SELECT pruned_through FROM runner.gap_watermarks") is None
+
+
+def test_a_dry_run_makes_no_archive(db_url: str, tmp_path: Path) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        tables = user_tables(conn)
+    target = tmp_path / "archive.jsonl"
+    for option, value in (("--archive-file", str(target)), ("--archive-table", "dry_archive")):
+        out = cli("prune", "--dry-run", option, value, url=db_url)
+        assert out.returncode == 0, out.stderr
+        assert "would prune" in out.stdout
+    assert not target.exists()
+    with psycopg.connect(db_url) as conn:
+        assert user_tables(conn) == tables
+
+
+def test_the_archive_file_is_on_disk_before_the_deletion_commits(
+        db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pass's lines are flushed and fsync'ed while its deletion is not yet committed (a
+    crash after the commit must not lose archived lines the ledger no longer has)."""
+    import os
+
+    from runner import retention
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        total = scalar(db_url, "SELECT count(*) FROM runner.job_runs")
+    synced: list[tuple[int, int, int]] = []  # (bytes on disk, lines, runs the ledger still has)
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        text = (tmp_path / "archive.jsonl").read_text()
+        synced.append((len(text), len(text.splitlines()), scalar(db_url, "SELECT count(*) FROM runner.job_runs")))
+
+    monkeypatch.setattr(retention.os, "fsync", fsync)
+    with psycopg.connect(db_url, autocommit=True) as conn, \
+            (tmp_path / "archive.jsonl").open("a", encoding="utf-8") as out:
+        report = retention.prune(conn, 21077, batch=50, archive_file=out)
+    assert report.passes >= 3 and len(synced) == report.passes - (report.runs % 50 == 0)
+    # at each sync the pass's lines are in the file and its runs not yet gone from the ledger
+    for n, (_, lines, left) in enumerate(synced):
+        assert lines == min(50 * (n + 1), report.runs)
+        assert left == total - 50 * n
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs") == total - report.runs
+
+
+def test_runner_prune_waits_for_a_runners_pass_instead_of_reporting_nothing(db_url: str) -> None:
+    """A runner's retention pass holds the fleet's lock: `runner prune` waits for it to end,
+    then prunes, instead of reading the held lock as "nothing left" (pruned 0 runs)."""
+    import os
+    import subprocess
+
+    from tests.support import ROOT, eventually, runner_cmd
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+    waiting = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+               " AND classid = 21077 AND objid = 4294967295 AND objsubid = 2")  # (21077, -1)
+    with psycopg.connect(db_url) as duty:
+        duty.execute("SELECT pg_advisory_xact_lock(21077, runner.duty_lock_key_v1('prune'))")
+        proc = subprocess.Popen(runner_cmd("prune", "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=ROOT, env={**os.environ, "RUNNER_DATABASE_URL": db_url})
+        try:
+            eventually(lambda: scalar(db_url, waiting) == 1, timeout=60, message="runner prune waits")
+            assert proc.poll() is None
+        finally:
+            duty.rollback()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["runs"] > 100
+
+
+def test_runner_prune_as_the_operator_role(db_url: str, db_roles: Any) -> None:
+    """The operator role (sql/roles.sql) may wait for the fleet's pruning lock and prune; it
+    holds no DELETE on the ledger (runner.prune_v1 deletes as the schema owner)."""
+    db_roles.apply(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+        total = slots_of(conn)
+    out = cli("prune", "--json", url=db_roles.url(db_url, "operator"))
+    assert out.returncode == 0, out.stderr
+    assert 0 < json.loads(out.stdout)["runs"] == len(total) - len(rows(db_url, "SELECT 1 FROM runner.job_runs"))

@@ -8,6 +8,7 @@ unretirement are never expected. A job that no live runner defines is flagged in
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,38 @@ def test_sync_refuses_a_retired_job_and_writes_nothing(db_url: str) -> None:
         with pytest.raises(ledger.JobRetired, match="runner unretire ok"):
             ledger.sync_jobs(conn, list(app.jobs.values()))
         assert conn.execute("SELECT job_name FROM runner.jobs").fetchall() == [("ok",)]
+
+
+def test_a_retirement_that_commits_while_a_sync_waits_is_refused(db_url: str) -> None:
+    """`runner retire` commits while a starting runner's sync waits for the job's row: the
+    sync's first check saw the job not retired, and it must still refuse (writing nothing),
+    not start with a retired job in its code."""
+    app = Runner()
+    app.job("ok", every="1h")(lambda ctx: None)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        make_job(conn, "ok")
+        before = conn.execute("SELECT synced_at, options FROM runner.jobs").fetchall()
+    outcome: list[BaseException | None] = []
+    with psycopg.connect(db_url) as retiring, psycopg.connect(db_url, autocommit=True) as syncing:
+        assert retiring.execute("SELECT * FROM runner.retire_job_v1('ok', 'carol', 'gone')").fetchall()
+        pid = syncing.info.backend_pid
+
+        def sync() -> None:
+            try:
+                ledger.sync_jobs(syncing, list(app.jobs.values()))
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=sync, daemon=True)
+        thread.start()
+        eventually(lambda: scalar(db_url, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                  (pid,)) == "Lock", timeout=10, message="the sync waits for the job's row")
+        retiring.commit()
+        thread.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], ledger.JobRetired), outcome
+    assert "runner unretire ok" in str(outcome[0])
+    assert rows(db_url, "SELECT synced_at, options FROM runner.jobs") == before
 
 
 # -- with real runners ----------------------------------------------------------------------

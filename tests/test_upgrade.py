@@ -1,16 +1,26 @@
 """Upgrading while running (issue 16): `runner db upgrade` holds a documented advisory lock
 so that two deploys never migrate at once (the second waits, then has nothing to do), and a
 runner refuses to start against a schema older than its code (run `runner db upgrade`) or
-newer (a revision it does not know), writing nothing."""
+newer (a revision it does not know), writing nothing. A runner of the previous revision's
+code, started before the upgrade, keeps claiming and finishing runs after it, beside a runner
+of the new code (expand/contract): the previous code is taken from the git history."""
 
 from __future__ import annotations
 
+import io
+import os
+import re
+import shutil
 import subprocess
+import sys
+import tarfile
+from pathlib import Path
 
 import psycopg
+import pytest
 
 from runner import migrate
-from tests.support import ROOT, eventually, run_cli, runner_cmd, scalar
+from tests.support import ROOT, RunnerProcess, assert_ledger_clean, eventually, run_cli, runner_cmd, scalar
 
 WAITING = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
            " AND classid = 21077 AND objid = 4294967294 AND objsubid = 2")  # (21077, -2) as two ints
@@ -68,3 +78,110 @@ def test_a_runner_older_than_the_schema_refuses_to_start(db_url: str) -> None:
     [line] = [x for x in out.stderr.splitlines() if x.startswith("runner: error: ")]
     assert "revision 0010_next, which this runner does not know" in line and "upgrade this one" in line
     assert scalar(db_url, "SELECT count(*) FROM runner.jobs") == 0
+
+
+# -- a rolling deploy: the previous revision's runner across the upgrade ---------------------
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, timeout=60)
+
+
+def _head_at(commit: str) -> str | None:
+    """HEAD of runner/migrate.py at ``commit`` (None: no such file or commit)."""
+    shown = _git("show", f"{commit}:runner/migrate.py")
+    found = re.search(rb'^HEAD = "([^"]+)"', shown.stdout, re.MULTILINE) if shown.returncode == 0 else None
+    return found.group(1).decode() if found else None
+
+
+def previous_release(into: Path) -> Path:
+    """The newest code whose head is the revision before this head, along the first-parent
+    history (the checkout itself if its committed code is still at it), unpacked into ``into``
+    as an importable tree (runner/, its SQL as runner/_sql, its migrations as
+    runner/_migrations, as an install lays them out). Skips without git history."""
+    from alembic.script import ScriptDirectory
+
+    previous = ScriptDirectory.from_config(migrate.alembic_config(None)).get_revision(migrate.HEAD).down_revision
+    if not isinstance(previous, str):
+        pytest.skip("the head revision has no single previous revision")
+    if shutil.which("git") is None or _git("rev-parse", "HEAD").returncode != 0:
+        pytest.skip("not a git checkout: the previous revision's code is not at hand")
+    old = "HEAD" if _head_at("HEAD") == previous else None
+    if old is None:
+        listed = _git("rev-list", "--first-parent", "HEAD", "--", "runner/migrate.py")
+        for commit in listed.stdout.decode().split():
+            if _head_at(commit) != previous and _head_at(f"{commit}^1") == previous:
+                old = f"{commit}^1"
+                break
+    if old is None:
+        pytest.skip(f"no commit of the first-parent history has its head at {previous}")
+    archive = _git("archive", "--format=tar", old, "runner", "sql", "migrations")
+    assert archive.returncode == 0, archive.stderr
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    (into / "sql").rename(into / "runner" / "_sql")
+    (into / "migrations").rename(into / "runner" / "_migrations")
+    assert _head_at(old) == previous
+    return into
+
+
+def test_a_runner_of_the_previous_revision_keeps_running_across_the_upgrade(
+        empty_db_url: str, tmp_path: Path) -> None:
+    """A rolling deploy: the schema at the previous revision, migrated by the previous code,
+    and its runner running; `runner db upgrade` by the new code to head; the old runner goes
+    on claiming and finishing runs, beside a runner of the new code, with no error, and
+    stops cleanly. Fails when a revision breaks a statement the previous code runs."""
+    old = previous_release(tmp_path / "previous")
+    env = {**os.environ, "PYTHONPATH": str(old), "RUNNER_DATABASE_URL": empty_db_url}
+
+    def old_runner(*args: str) -> subprocess.CompletedProcess[str]:
+        # cwd: the old tree comes first on sys.path (python -m), before the installed runner
+        return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
+                              cwd=old, env=env, timeout=120)
+
+    which = subprocess.run([sys.executable, "-c", "import runner.migrate as m; print(m.__file__, m.HEAD)"],
+                           capture_output=True, text=True, cwd=old, env=env, timeout=60)
+    assert which.stdout.startswith(str(old)), which
+    previous = which.stdout.split()[1]
+    up = old_runner("db", "upgrade")
+    assert up.returncode == 0, up.stderr
+    assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == previous
+
+    def succeeded_after(instant: object) -> bool:
+        return scalar(empty_db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'"
+                                    " AND finished_at > %s", (instant,)) >= 3
+
+    log = tmp_path / "previous.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "start", "--app",
+                                 f"{ROOT}/tests/apps/hello.py:app", "--poll-interval", "0.2"],
+                                cwd=old, env=env, stdout=out, stderr=subprocess.STDOUT)
+    new = None
+    try:
+        eventually(lambda: succeeded_after("-infinity"), timeout=60, message="the old runner runs")
+        migrate.upgrade(empty_db_url)  # the deploy's migration, by the new code, while it runs
+        assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == migrate.HEAD
+        upgraded = scalar(empty_db_url, "SELECT now()")
+        eventually(lambda: succeeded_after(upgraded), timeout=60,
+                   message="the old runner claims and finishes runs on the new schema")
+        # the new code's runner beside it: both heartbeat, runs go on succeeding
+        new = RunnerProcess("tests/apps/hello.py:app", empty_db_url, "--poll-interval", "0.2",
+                            log=tmp_path / "new.log")
+        eventually(lambda: scalar(empty_db_url, "SELECT count(*) FROM runner.instances WHERE stopped_at IS NULL"
+                                                " AND heartbeat_at > now() - interval '5 seconds'") == 2,
+                   timeout=60, message="both runners live")
+        both = scalar(empty_db_url, "SELECT now()")
+        eventually(lambda: succeeded_after(both), timeout=60, message="runs go on with both runners")
+        assert proc.poll() is None, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        code = proc.wait(60)
+        if new is not None:
+            assert new.terminate() == 0, new.output()
+    assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text() and " ERROR " not in log.read_text(), log.read_text()
+    assert scalar(empty_db_url, "SELECT count(*) FROM runner.job_runs WHERE status IN ('failed', 'dead')") == 0
+    assert scalar(empty_db_url, "SELECT count(*) FROM runner.attempts"
+                                " WHERE status IN ('failed', 'timed_out', 'dead')") == 0
+    assert_ledger_clean(empty_db_url)

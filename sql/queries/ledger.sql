@@ -33,6 +33,9 @@ ON CONFLICT (job_name) DO UPDATE SET
     -- a later start would take slots out of the gap scan; only the schema owner does that)
     track_from = least(coalesce(%(track_from)s, j.track_from), j.track_from),
     synced_at = EXCLUDED.synced_at
+-- a job retired since the caller's check (runner retire committed while this waited for the
+-- row lock) is not written: no row comes back, and the caller refuses to start (JobRetired)
+WHERE j.retired_at IS NULL
 RETURNING job_name, paused, track_from
 
 -- name: record_schedule

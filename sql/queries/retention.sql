@@ -10,6 +10,13 @@ SELECT count(*) FROM runner.prune_v1(%(batch)s, %(now)s::timestamptz, false, %(n
 -- runner.prune_instances_v1 decides which, and keeps what job_not_in_code needs of them).
 SELECT runner.prune_instances_v1(%(namespace)s)
 
+-- name: prune_lock
+-- `runner prune` waits for the fleet's pruning lock (a runner's pass holds it for one short
+-- transaction) and holds it for its pass: runner.prune_v1 in the same transaction then takes
+-- it again at once (advisory locks are re-entrant), instead of returning nothing as if nothing
+-- were left to prune. The background duty never waits: it skips a pass while another holds it.
+SELECT pg_advisory_xact_lock(%(namespace)s, runner.duty_lock_key_v1('prune'))
+
 -- name: prune
 -- One pass of `runner prune` (or a look, with dry_run): every pruned run with its attempts and
 -- effects, for the archive and the report.
