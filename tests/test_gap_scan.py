@@ -425,18 +425,18 @@ def test_a_bounded_advance_rejects_caps_that_are_not_positive(tx: psycopg.Connec
 
 def test_a_probe_budget_gives_each_job_a_span_by_its_density(db_url: str) -> None:
     """max_probes is shared evenly by the jobs and turned into a span by each job's rate: a
-    job every minute with 100 partitions moves 10 minutes on 1,000 probes, an hourly one is
-    caught up at once; a job whose share is less than one slot still moves one slot."""
+    job every minute with 10 partitions moves 10 minutes on 100 probes, an hourly one is caught
+    up at once; a job whose share is less than one slot still moves one slot."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         start = T0
-        sync(conn, now=start, dense={"every": "1m", "partitions": [f"p{i}" for i in range(100)]},
-             sparse={"every": "1h"}, huge={"every": "1m", "partitions": [f"t{i}" for i in range(5000)]})
-        as_of = start + timedelta(days=2)
+        sync(conn, now=start, dense={"every": "1m", "partitions": [f"p{i}" for i in range(10)]},
+             sparse={"every": "1h"}, huge={"every": "1m", "partitions": [f"t{i}" for i in range(500)]})
+        as_of = start + timedelta(hours=2)
         expected = unwatermarked(conn, as_of)
-        assert bounded(conn, as_of, None, 3000) == (3, 2)  # 1,000 probes each
+        assert bounded(conn, as_of, None, 300) == (3, 2)  # 100 probes each
         assert watermark(conn, "dense") == start - US + timedelta(minutes=10)
         assert watermark(conn, "sparse") == as_of
-        assert watermark(conn, "huge") == start - US + timedelta(minutes=1)  # one slot: 5,000 probes
+        assert watermark(conn, "huge") == start - US + timedelta(minutes=1)  # one slot: 500 probes
         with conn.transaction():
             assert gaps(conn, as_of) == expected
 

@@ -174,16 +174,24 @@ BEGIN
         -- Holes outside the trusted watermark (a newer schedule, a moved track_from) stay only
         -- if expanded again just now. Only those up to the target are judged: a hole above it
         -- is not read by the view (it trusts holes at or below the watermark only) and is
-        -- judged by the call that expands its slot. (A NOT EXISTS at the top of the WHERE: a
-        -- hash anti-join against `missing`.)
+        -- judged by the call that expands its slot. Two index ranges per job, so a call reads
+        -- the holes of the span it expands, not every hole the job has (a NOT EXISTS at the
+        -- top of the WHERE: a hash anti-join against `missing`).
         DELETE FROM runner.gap_holes h
         USING base b
         WHERE h.job_name = b.job_name
-          AND (b.wm IS NULL OR h.schedule_slot > b.wm OR h.schedule_slot < b.track_from)
-          AND (h.schedule_slot <= b.target OR h.schedule_slot < b.track_from)
+          AND h.schedule_slot >= b.track_from
+          AND h.schedule_slot > coalesce(b.wm, timestamptz '-infinity')
+          AND h.schedule_slot <= b.target
           AND NOT EXISTS (SELECT 1 FROM missing m
                           WHERE m.job_name = h.job_name AND m.slot = h.schedule_slot
                             AND m.whole_slot = h.whole_slot AND m.partition_key = h.partition_key)
+    ), forgotten_before AS (
+        -- holes before track_from (it moved): never expected again
+        DELETE FROM runner.gap_holes h
+        USING base b
+        WHERE h.job_name = b.job_name
+          AND h.schedule_slot < b.track_from
     ), forgotten_inside AS (
         -- Holes the trusted watermark covers stay until they get a run: one index probe per
         -- hole. A whole-slot hole goes once every partition recorded for the slot (if any
