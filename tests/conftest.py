@@ -49,6 +49,16 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
         embedded.stop(home)
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """The tests marked ``slow`` (real runner fleets for tens of seconds: the model test, the
+    fault tier) run first, the others in their order. With ``-n 2 --dist worksteal`` each
+    worker takes half of the list and an idle one steals from the end of the other's queue:
+    a long test first in a queue runs from the start beside the short ones, where one left
+    near the end of a queue (or stolen late) ran alone while the other worker had nothing
+    left to do."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _server() -> dict[str, Any]:
     url = os.environ.get("RUNNER_TEST_DATABASE_URL")
     if url:

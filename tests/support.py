@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -73,15 +74,21 @@ def run_cli(*args: str, url: str | None = None, env: dict[str, str] | None = Non
                           cwd=where, timeout=timeout, input=stdin)
 
 
+# read at import or at interpreter start-up: a child forked from a server started under other
+# values would not see the caller's
+_AT_START = ("PYTHON", "RUNNER_CRASH", "LC_", "LANG")
+
+
 def _forkable(args: tuple[str, ...], env: dict[str, str]) -> bool:
-    if env.get("RUNNER_TEST_NO_ZYGOTE") == "1" or (args and args[0] in ("start", "web")):
+    if env.get("RUNNER_TEST_NO_ZYGOTE") == "1" or (args and args[0] == "web"):
         return False
-    differs = {k for k in set(env) ^ set(os.environ) | {k for k in env if os.environ.get(k) != env[k]}
-               if k.startswith(("PYTHON", "RUNNER_CRASH"))}
-    return not differs
+    with _ZYGOTE_LOCK:
+        mine = _ZYGOTE.get(os.getpid())
+    base = mine[2] if mine is not None else dict(os.environ)  # the server's environment
+    return all(env.get(k) == base.get(k) for k in set(env) | set(base) if k.startswith(_AT_START))
 
 
-_ZYGOTE: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+_ZYGOTE: dict[int, tuple[subprocess.Popen[bytes], str, dict[str, str]]] = {}
 _ZYGOTE_LOCK = threading.Lock()
 
 
@@ -91,50 +98,143 @@ def _zygote_path() -> str:
         if mine is not None and mine[0].poll() is None:
             return mine[1]
         path = tempfile.mkdtemp(prefix="runner-cli-") + "/sock"
+        started_env = dict(os.environ)
         proc = subprocess.Popen([sys.executable, "-m", "tests.clizygote", path], cwd=ROOT,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=started_env)
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", "the CLI zygote did not start"
-        _ZYGOTE[os.getpid()] = (proc, path)
+        _ZYGOTE[os.getpid()] = (proc, path, started_env)
         return path
+
+
+class ForkedProcess:
+    """A ``runner ...`` process forked from tests/clizygote.py, with what subprocess.Popen
+    gives: ``pid``, ``args``, ``returncode``, ``poll()``, ``wait(timeout)``,
+    ``send_signal()``, ``terminate()``, ``kill()``. ``stdin``/``stdout``/``stderr`` are file
+    descriptors the child gets as its own (as a subprocess inherits them). Signals go to the
+    child's own pid; with ``session`` it has a session and process group of its own, else it
+    is in the caller's (the server's), as a subprocess is. The server is its parent: it reaps
+    it and reports the exit status (``-N``: killed by signal N)."""
+
+    stdin = stdout = stderr = None  # as a Popen without pipes
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: str, stdin: int, stdout: int,
+                 stderr: int, session: bool = False) -> None:
+        self.args = runner_cmd(*args)
+        self.returncode: int | None = None
+        self._buffer = b""
+        self._conn: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._conn.connect(_zygote_path())
+            request = (json.dumps({"args": args, "env": env, "cwd": cwd, "session": session}) + "\n").encode()
+            sent = socket.send_fds(self._conn, [request], [stdin, stdout, stderr])
+            self._conn.sendall(request[sent:])
+            line = self._line(60)
+            assert line is not None, "the CLI zygote did not fork within 60 s"
+            answer = json.loads(line)
+            if "pid" not in answer:  # it ended while setting up (its error is on its stderr)
+                raise RuntimeError(f"the forked {' '.join(args[:1])} ended at once: {answer}")
+            self.pid: int = answer["pid"]
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _line(self, timeout: float | None) -> bytes | None:
+        """The next answer line, or None if none came within ``timeout`` (None: no limit)."""
+        assert self._conn is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if not select.select([self._conn], [], [], left)[0]:
+                return None
+            more = self._conn.recv(4096)
+            if not more:
+                raise RuntimeError(f"the CLI zygote went away before reporting on pid {getattr(self, 'pid', '?')}")
+            self._buffer += more
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _collect(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            line = self._line(timeout)
+            if line is not None:
+                self.returncode = int(json.loads(line)["code"])
+                assert self._conn is not None
+                self._conn.close()
+                self._conn = None
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._collect(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._collect(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # as Popen: never a signal to a pid already reaped
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __del__(self) -> None:
+        if getattr(self, "_conn", None) is not None:
+            self._conn.close()  # type: ignore[union-attr]
+
+
+def _inherited_stdin() -> int:
+    try:
+        os.fstat(0)
+    except OSError:
+        return -1
+    return 0
 
 
 def _zygote_run(args: list[str], env: dict[str, str], cwd: str, timeout: float,
                 stdin: str | None) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="runner-cli-call-") as tmp:
         files = {name: os.path.join(tmp, name) for name in ("stdin", "stdout", "stderr")}
-        for path in files.values():
-            Path(path).write_text("")
-        if stdin is not None:
-            Path(files["stdin"]).write_text(stdin)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(_zygote_path())
-            conn.settimeout(timeout)
-            conn.sendall((json.dumps({"args": args, "env": env, "cwd": cwd, **files}) + "\n").encode())
-            answers = conn.makefile("r")
-            pid = json.loads(answers.readline())["pid"]
-            try:
-                line = answers.readline()
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(runner_cmd(*args), timeout) from None
-        code = json.loads(line)["code"] if line else -signal.SIGKILL  # killed: no code sent
+        Path(files["stdin"]).write_text(stdin or "")
+        with open(files["stdin"], "rb") as fin, open(files["stdout"], "wb") as fout, \
+                open(files["stderr"], "wb") as ferr:
+            proc = ForkedProcess(args, env, cwd, fin.fileno(), fout.fileno(), ferr.fileno(), session=True)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         return subprocess.CompletedProcess(runner_cmd(*args), code, Path(files["stdout"]).read_text(),
                                            Path(files["stderr"]).read_text())
 
 
 class RunnerProcess:
-    """A real ``runner start`` subprocess."""
+    """A real ``runner start`` process: forked from tests/clizygote.py (ForkedProcess) where a
+    fork sees what a fresh ``python -m runner start`` would, else a plain subprocess. Its
+    output (stdout and stderr) goes to ``log``; ``proc`` is Popen-like either way."""
 
     def __init__(self, app: str, url: str, *extra: str, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.log_path = log
         self._log = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            runner_cmd("start", "--app", app, *extra),
-            env={**os.environ, "RUNNER_DATABASE_URL": url, **(env or {})},
-            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-        )
+        args = ("start", "--app", app, *extra)
+        full_env = {**os.environ, "RUNNER_DATABASE_URL": url, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        if _forkable(args, full_env):
+            with open(os.devnull, "r+b") as devnull:
+                out = devnull.fileno() if self._log is subprocess.DEVNULL else self._log.fileno()  # type: ignore[union-attr]
+                stdin = _inherited_stdin()
+                self.proc = ForkedProcess(list(args), full_env, str(ROOT),
+                                          devnull.fileno() if stdin < 0 else stdin, out, out)
+        else:
+            self.proc = subprocess.Popen(runner_cmd(*args), env=full_env, stdout=self._log,
+                                         stderr=subprocess.STDOUT, cwd=ROOT)
 
     def terminate(self, timeout: float = 30) -> int:
         """SIGTERM and wait; the exit code (a process already gone keeps its own code)."""

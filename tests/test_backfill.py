@@ -8,7 +8,6 @@ processes execute plans where concurrency, rate and lag are the point."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from runner import Runner, backfill, conditions, ledger, operate
 from runner.ledger import Outcome, Owner
 from tests.apps.backfill import app as bf_app
-from tests.support import RunnerProcess, eventually, rows, runner_cmd, scalar
+from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
 
 APP = "tests/apps/backfill.py:app"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,10 +36,8 @@ def iso(t: datetime) -> str:
 
 
 def cli(*args: str, url: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI with stdin a pipe (never the developer's terminal)."""
-    return subprocess.run(runner_cmd(*args), capture_output=True, text=True, input=stdin, timeout=120,
-                          env={**os.environ, "RUNNER_DATABASE_URL": url, **(env or {})},
-                          cwd=Path(__file__).resolve().parent.parent)
+    """The CLI with stdin given (never the developer's terminal)."""
+    return run_cli(*args, url=url, stdin=stdin, env=env, timeout=120)
 
 
 def ok_json(out: subprocess.CompletedProcess[str]) -> Any:

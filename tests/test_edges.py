@@ -102,7 +102,6 @@ def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> Non
 def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path) -> None:
     """#4: a supervisor restarts `runner start` each time the handler kills it: after
     max_attempts=3 counted attempts the run is dead, not taken over for ever."""
-    run_cli("db", "upgrade", url=db_url)
     for i in range(6):
         if scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'"):
             break
@@ -126,7 +125,6 @@ def test_a_partial_dynamic_fanout_shows_every_missing_partition(db_url: str, tmp
     """#5: a `runner start` with one handler thread is stopped (grace 0.2 s) after claiming 1
     of the 30 partitions of a dynamic job: the gap scan lists each of the 29 others (it used to
     see "at least one run" and list nothing), and the released run is pending again."""
-    run_cli("db", "upgrade", url=db_url)
     proc = RunnerProcess(f"{EDGES}:fan_app", db_url, "--poll-interval", "0.05", "--workers", "1",
                          "--max-inflight", "1", "--grace", "0.2", log=tmp_path / "runner.log")
     try:
@@ -148,7 +146,6 @@ def test_a_window_callable_that_raises_fails_its_slot_not_the_loop(db_url: str, 
     """#6: one job's window callable raises for every slot: the other job keeps running in the
     same `runner start`, and the failing slots are recorded and listed by the gap scan as
     fanout_failed."""
-    run_cli("db", "upgrade", url=db_url)
     proc = RunnerProcess(f"{EDGES}:window_app", db_url, "--poll-interval", "0.1", log=tmp_path / "runner.log")
     try:
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'healthy'"
@@ -169,7 +166,6 @@ def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str, t
     """#7: a 2.5 s handler, a slot every second, one handler thread in a real `runner start`:
     slots past grace go to the misfire policy (skip, with the reason) instead of starting late
     as 'schedule'."""
-    run_cli("db", "upgrade", url=db_url)
     proc = RunnerProcess(f"{EDGES}:overload_app", db_url, "--poll-interval", "0.05", "--workers", "1",
                          "--max-inflight", "1", "--grace", "5", log=tmp_path / "runner.log")
     try:
@@ -191,7 +187,6 @@ def test_an_overloaded_runner_never_claims_a_late_slot_as_on_time(db_url: str, t
 def test_heartbeats_continue_during_the_shutdown_grace(db_url: str, tmp_path: Path) -> None:
     """#8: lease 1 s, a 4 s handler, SIGTERM while it runs, a peer watching: the stopping
     runner keeps beating, so the peer never ends its session and never re-runs the work."""
-    run_cli("db", "upgrade", url=db_url)
     a = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "1"},
                       log=tmp_path / "a.log")
     b = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "0"},
@@ -215,7 +210,6 @@ def test_heartbeats_continue_during_the_shutdown_grace(db_url: str, tmp_path: Pa
 def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_path: Path) -> None:
     """#9: pause a job, restart its runner while paused, resume: the slots that fell due while
     it was paused are never turned into misfire decisions (skipped); the gap scan lists them."""
-    run_cli("db", "upgrade", url=db_url)
     a = RunnerProcess(f"{EDGES}:skip_app", db_url, "--poll-interval", "0.1", log=tmp_path / "a.log")
     try:
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 2,
@@ -250,7 +244,6 @@ def test_replayed_slots_run_back_to_back(db_url: str, tmp_path: Path) -> None:
     """#12: with a 5 s poll interval, 12 replayed slots of a quick handler finish long before
     12 poll intervals in a real `runner start`: the next catch-up run starts as soon as the
     previous one ends."""
-    run_cli("db", "upgrade", url=db_url)
     proc = RunnerProcess(f"{EDGES}:replay_app", db_url, "--poll-interval", "5", log=tmp_path / "runner.log")
     try:
         eventually(lambda: "runner_started" in proc.output(), timeout=60)
@@ -276,7 +269,6 @@ def test_a_schedule_change_across_a_downtime_judges_each_slot_by_its_schedule(
     before the change is at a 2 s slot and every run after it at a 3 s slot; the downtime's 2 s
     slots are not decided with the new schedule but listed by the gap scan (judged by the
     schedule then in force); the audit is clean."""
-    run_cli("db", "upgrade", url=db_url)
     a = RunnerProcess(f"{EDGES}:change_app", db_url, "--poll-interval", "0.1", env={"EDGES_EVERY": "2s"},
                       log=tmp_path / "a.log")
     try:
@@ -350,7 +342,6 @@ def test_a_completer_held_up_past_the_lease_keeps_its_session(db_url: str, tmp_p
     watching: a run's row is locked by another session while its 4 s handler runs, so the
     outcome waits to be recorded well past the lease. The stopping runner keeps beating that
     run: the peer does not end its session, and the run succeeds at its first attempt."""
-    run_cli("db", "upgrade", url=db_url)
     a = RunnerProcess(f"{EDGES}:lease_app", db_url, "--poll-interval", "0.1", env={"EDGES_SLOW": "1"},
                       log=tmp_path / "a.log")
     b = None
