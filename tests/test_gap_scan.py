@@ -361,10 +361,11 @@ def test_watermarks_never_change_the_answer(tx: psycopg.Connection[Any], data: s
         for minute in marks:
             # uncapped (v1) or one bounded call (v2) that may stop anywhere short of the mark
             span = data.draw(st.sampled_from([None, None, 7, 60, 300]))
-            if span is None:
+            probes = data.draw(st.sampled_from([None, None, 3, 40]))
+            if span is None and probes is None:
                 advance(tx, start + timedelta(minutes=minute))
             else:
-                bounded(tx, start + timedelta(minutes=minute), timedelta(minutes=span))
+                bounded(tx, start + timedelta(minutes=minute), span and timedelta(minutes=span), probes)
         assert gaps(tx, end) == unwatermarked(tx, end)
         # reruns and backfills: runs change status, holes get runs; then maybe another advance
         for run_id in data.draw(st.lists(st.sampled_from(run_ids), max_size=5)) if run_ids else []:
