@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -299,6 +297,7 @@ def start(
     from runner.events import JsonFormatter, TextFormatter, event
     from runner.loop import LoopConfig, Worker
     from runner.metrics import Metrics
+    from runner.signals import SignalStop
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -310,31 +309,13 @@ def start(
     logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("alembic", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
-    worker: Worker | None = None
-    stop_requested = False
-    interrupts = 0
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal interrupts, stop_requested
-        interrupts += 1
-        if interrupts > 1 and signum == signal.SIGINT:
-            logging.getLogger("runner").warning("second interrupt: exiting at once")
-            os._exit(130)
-        logging.getLogger("runner").info(
-            "%s: stopping; waiting for running handlers", signal.Signals(signum).name)
-        stop_requested = True
-        if worker is not None:
-            # not worker.stop() here: the handler runs on the main thread between two bytecodes,
-            # possibly while that thread holds the lock of the very Event it waits on
-            # (Worker.run's _wake.wait), and Event.set() would then wait for that lock forever
-            # (seen in CI: a SIGTERM'd runner that never exited). A thread of its own sets the
-            # events once the main thread is back in its wait and has let the lock go.
-            threading.Thread(target=worker.stop, name="runner-stop", daemon=True).start()
-
     # from the first step: a SIGTERM however early (while the metrics endpoint or the worker
-    # starts) stops the runner cleanly, deregistered, with exit code 0
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # starts) stops the runner cleanly, deregistered, with exit code 0. The handler only
+    # writes to a pipe; the stop itself runs on a thread of its own (runner/signals.py: a
+    # handler that takes a lock, logs or starts a thread can wait forever for the thread it
+    # interrupted)
+    stopping = SignalStop(logging.getLogger("runner"))
+    stopping.install()
     with _errors():
         served = lanes.parse_lanes(lanes_)
         slots = lanes.parse_lane_slots(lane_slots)
@@ -363,11 +344,10 @@ def start(
                                   f"{exc.strerror or exc}") from None
             metrics.watch_backfills(lambda: _metrics_session(choice.url))
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
-        if stop_requested:
+        if stopping.requested.is_set():
             return
+        stopping.stop_with(worker.stop)  # a signal during start: run() stops at once
         worker.start()
-        if stop_requested:
-            worker.stop()
         worker.run()
 
 
