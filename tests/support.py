@@ -174,7 +174,10 @@ class ForkedProcess:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:  # as Popen: never a signal to a pid already reaped
-            os.kill(self.pid, sig)
+            # the server reaps the child before its code reaches us: between the two, the pid
+            # is gone (ESRCH) although poll() still says running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

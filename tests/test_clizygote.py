@@ -118,4 +118,4 @@ def test_a_cli_call_has_a_session_of_its_own_and_its_exit_code(db_url: str, tmp_
     finally:
         proc.kill()
     bad = run_cli("runs", "--limit", "nope", url=db_url)
-    assert bad.returncode == 2 and bad.stderr.startswith("Usage: python -m runner runs"), bad
+    assert bad.returncode == 2 and bad.stderr.startswith("runner: error: Invalid value for '--limit'"), bad

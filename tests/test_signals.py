@@ -69,7 +69,10 @@ def live(db_url: str, tmp_path: Path, life: Life) -> str | None:
     extra = ["--workers", "4", "--poll-interval", "0.01", "--prune-interval", "0.05", "--grace", "5"]
     if life.metrics:
         extra += ["--metrics-port", "0"]
-    proc = RunnerProcess(APP, db_url, *extra, env={"RUNNER_TEST_SIGNAL_MARK": str(mark)}, log=log)
+    # a plain child of this process (not forked by the tests' server): the flood below signals
+    # its pid until it is reaped here, which only a child of ours guarantees is never reused
+    proc = RunnerProcess(APP, db_url, *extra, env={"RUNNER_TEST_SIGNAL_MARK": str(mark),
+                                                   "RUNNER_TEST_NO_ZYGOTE": "1"}, log=log)
     pid = proc.proc.pid
 
     def gone() -> bool:
