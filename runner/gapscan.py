@@ -9,7 +9,9 @@ once: the function skips watermark rows another holds.
 Bounded passes (revision 0020_bounded). One call expands about ``budget`` slot x partition
 probes in all (each job an even share, turned into a span by the job's own density, at least
 one slot) and says how many jobs are still behind; a pass calls it again, each call its own
-transaction (the connection is in autocommit), until none is behind. So the first pass over a
+transaction (the connection is in autocommit), until none is behind, and then makes one more
+that also forgets the holes that have since got a run (a probe per hole, so once a pass and
+not on every step). So the first pass over a
 ledger a year old is many short statements, not one of minutes whose snapshot would keep
 every vacuum of the database from removing dead rows meanwhile. The budget adapts to what a
 call costs on this ledger and server: halved when a call took longer than ``target`` seconds,
@@ -38,9 +40,12 @@ MAX_BUDGET = 10_000_000
 TARGET_SECONDS = 1.0  # what one call should cost, about
 
 
-def run_once(conn: psycopg.Connection[Any], budget: int | None = None) -> tuple[int, int]:
-    """One call of the advance: (jobs moved, jobs still behind). ``budget`` None: no cap."""
-    row = conn.execute(Q["advance_watermarks_bounded"], {"max_probes": budget}).fetchone()
+def run_once(conn: psycopg.Connection[Any], budget: int | None = None, *,
+             tidy: bool = True) -> tuple[int, int]:
+    """One call of the advance: (jobs moved, jobs still behind). ``budget`` None: no cap.
+    ``tidy``: also forget the holes under the watermarks that have since got a run (a probe
+    per hole: the pass does it once, in its last call)."""
+    row = conn.execute(Q["advance_watermarks_bounded"], {"max_probes": budget, "tidy": tidy}).fetchone()
     if not row:
         return 0, 0
     return int(row[0] or 0), int(row[1] or 0)
@@ -63,12 +68,18 @@ class Advancer:
         moved_total = 0
         while True:
             started = time.monotonic()
-            moved, behind = run_once(conn, self.budget)
+            moved, behind = run_once(conn, self.budget, tidy=False)
             took = time.monotonic() - started
             self.calls += 1
             moved_total += moved
             self.adapt(took, behind)
-            if not behind or self.stop.is_set():
+            if self.stop.is_set():
+                break
+            if not behind:
+                # caught up: one more step (seconds of slots) that also forgets filled holes
+                moved, _ = run_once(conn, self.budget, tidy=True)
+                self.calls += 1
+                moved_total += moved
                 break
             log.debug("gap-scan watermarks: %d job(s) still behind (%.2f s, next budget %d)",
                       behind, took, self.budget)

@@ -514,17 +514,29 @@ def test_the_duty_catches_up_in_short_calls_and_stops_when_asked(db_url: str) ->
         assert mark is not None and mark < now - timedelta(days=18)
         with conn.transaction():
             assert gaps(conn, now) == unwatermarked(conn, now)
-        duty = gapscan.Advancer(threading.Event(), budget=48, target=60.0)
+        # a backfill runs the first hole under the watermark; steps without tidy keep its row
+        hole = conn.execute("SELECT min(schedule_slot) FROM runner.gap_holes WHERE job_name = 'late'").fetchone()[0]  # type: ignore[index]
+        make_run(conn, "late", hole)
+        gapscan.run_once(conn, 48, tidy=False)
+        assert scalar_in(conn, "SELECT count(*) FROM runner.gap_holes WHERE job_name = 'late' AND schedule_slot = %s",
+                         hole) == 1
+        duty = gapscan.Advancer(threading.Event(), budget=96, target=60.0)
         duty(conn)
-        # quick calls double the budget: 24, 48, 96, 192, then 384 hours: 5 calls over the 19 days left
+        # quick calls double the budget: 48, 96, 192, then 384 hours: 4 calls over the 18 days
+        # left, and the tidy one that forgets the filled hole
         assert duty.calls == 5 and duty.budget == 768
+        assert scalar_in(conn, "SELECT count(*) FROM runner.gap_holes WHERE job_name = 'late' AND schedule_slot = %s",
+                         hole) == 0
         assert bounded(conn, None, timedelta(minutes=1))[1] == 0  # caught up: nothing behind
         assert watermark(conn, "late") >= now  # type: ignore[operator]
         with conn.transaction():
             assert gaps(conn, now) == unwatermarked(conn, now)
         slow = gapscan.Advancer(threading.Event(), budget=4000, target=0.0)
-        slow(conn)  # every call "too slow": the budget halves each time, never below the minimum
-        assert slow.budget == max(gapscan.MIN_BUDGET, 4000 // 2 ** slow.calls)
+        slow(conn)  # every step "too slow": the budget halves, never below the minimum
+        assert slow.calls == 2 and slow.budget == 2000  # one step (caught up already), the tidy call
+        slow.budget = gapscan.MIN_BUDGET
+        slow(conn)
+        assert slow.budget == gapscan.MIN_BUDGET
 
 
 def test_advance_is_safe_from_several_processes_at_once(db_url: str) -> None:

@@ -9,7 +9,7 @@ LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT a.moved FROM runner.advance_watermarks_v2(as_of, NULL, NULL) AS a
+SELECT a.moved FROM runner.advance_watermarks_v2(as_of, NULL, NULL, true) AS a
 $$;
 
 REVOKE ALL ON FUNCTION runner.advance_watermarks_v1(timestamptz) FROM PUBLIC;

@@ -1,4 +1,4 @@
--- runner.advance_watermarks_v2(as_of, max_span, max_probes): move each job's gap-scan
+-- runner.advance_watermarks_v2(as_of, max_span, max_probes, tidy): move each job's gap-scan
 -- watermark towards as_of (default now()), at most max_span past where it stands and at most
 -- about max_probes slot x partition expansions in all (each job an even share, converted to a
 -- span by the job's densest schedule: a job every second with 10,000 partitions gets a short
@@ -6,6 +6,7 @@
 -- expands only the slots after it. Returns one row: `moved`, how many jobs' watermarks moved,
 -- and `behind`, how many of the jobs it advanced are still short of as_of (call again, in a
 -- new transaction, to go on). Both caps NULL: no cap (runner.advance_watermarks_v1 is that).
+-- tidy (default true): also forget the holes under the watermark that have since got a run.
 -- The loop's duty calls it until nothing is behind (runner/gapscan.py); `runner gaps` calls it
 -- once first.
 --
@@ -46,7 +47,7 @@
 --
 -- Cost: at most max_span of each job's slots and about max_probes (or one slot per job), plus one hash lookup per hole above the
 -- watermark up to the target (holes a newer schedule may no longer expect: an anti-join
--- against the slots just expanded), plus, in a job's last step only, one index probe per
+-- against the slots just expanded), plus, in a tidy call for a job at as_of, one index probe per
 -- recorded hole under the watermark (a hole is a slot the view lists as never started; the
 -- view probes the same holes on every scan, so this follows the size of its answer).
 --
@@ -56,7 +57,7 @@
 -- the worker role; `runner gaps` run by a role without it scans without advancing.
 CREATE OR REPLACE FUNCTION runner.advance_watermarks_v2(
     as_of timestamptz DEFAULT NULL, max_span interval DEFAULT NULL, max_probes integer DEFAULT NULL,
-    OUT moved integer, OUT behind integer)
+    tidy boolean DEFAULT true, OUT moved integer, OUT behind integer)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -195,12 +196,13 @@ BEGIN
     ), forgotten_inside AS (
         -- Holes the trusted watermark covers stay until they get a run: one index probe per
         -- hole. A whole-slot hole goes once every partition recorded for the slot (if any
-        -- was recorded after it; else one run) has a run. Only in a job's last step (target
-        -- = as_of): this is cleanup (the view probes each hole for a run itself), and on
-        -- every step of a long catch-up it would probe all the job's holes again each time.
+        -- was recorded after it; else one run) has a run. Only when `tidy` and for a job that
+        -- reaches as_of: this is cleanup (the view probes each hole for a run itself), and on
+        -- every step of a long catch-up it would probe all the job's holes again each time
+        -- (the duty steps with tidy off, then makes one tidy call once nothing is behind).
         DELETE FROM runner.gap_holes h
         USING base b
-        WHERE h.job_name = b.job_name AND b.target = clock
+        WHERE tidy AND h.job_name = b.job_name AND b.target = clock
           AND b.wm IS NOT NULL AND h.schedule_slot <= b.wm AND h.schedule_slot >= b.track_from
           AND NOT EXISTS (
               SELECT 1
@@ -235,4 +237,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION runner.advance_watermarks_v2(timestamptz, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION runner.advance_watermarks_v2(timestamptz, interval, integer, boolean) FROM PUBLIC;

@@ -7,8 +7,10 @@
 SELECT a.moved AS advanced FROM runner.advance_watermarks_v2(NULL, NULL, 200000) AS a
 
 -- name: advance_watermarks_bounded
--- One bounded call of the duty (runner/gapscan.py): about max_probes slot expansions in all.
-SELECT a.moved, a.behind FROM runner.advance_watermarks_v2(NULL, NULL, %(max_probes)s::integer) AS a
+-- One bounded call of the duty (runner/gapscan.py): about max_probes slot expansions in all;
+-- tidy: also forget holes under the watermark that got a run (its last call only).
+SELECT a.moved, a.behind
+FROM runner.advance_watermarks_v2(NULL, NULL, %(max_probes)s::integer, %(tidy)s::boolean) AS a
 
 -- name: list_gaps
 -- The gap scan at the database's now(), narrowed to one job and to slots at or after `since`

@@ -12,7 +12,7 @@ BEGIN
         WHERE p.oid = 'runner.advance_watermarks_v1(timestamptz)'::regprocedure
           AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
     LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION runner.advance_watermarks_v2(timestamptz, interval, integer) TO %s',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION runner.advance_watermarks_v2(timestamptz, interval, integer, boolean) TO %s',
                        grantee);
     END LOOP;
 END
