@@ -22,7 +22,9 @@ function takes a transaction-level advisory lock (namespace, runner.duty_lock_ke
 and returns at once when another caller holds it. Each pass is its own error boundary: a
 failure is logged and the next pass tries again.
 
-``prune`` is the CLI's side: passes until nothing is left (or ``limit``), optionally writing
+``prune`` is the CLI's side: passes until nothing is left (or ``limit``): until a pass takes
+fewer than its batch and every job's sweep (runner.prune_v1 reads at most the batch plus 1,000
+of a job's runs per pass, from a cursor) reached the top of its range; optionally writing
 every pruned run (with its attempts and effects, as JSON) to an archive table or file in the
 same transaction as the deletion, before it commits: nothing goes unarchived.
 """
@@ -111,6 +113,7 @@ def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
     commits."""
     report = PruneReport()
     batch = max(1, min(batch, MAX_BATCH))
+    sweeps = _sweeps(conn)
     while True:
         size = batch if limit is None else min(batch, limit - report.runs)
         if dry_run:
@@ -127,12 +130,21 @@ def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
                     for r in rows:
                         archive_file.write(json.dumps(r, default=str, sort_keys=True) + "\n")
                     archive_file.flush()
+            before, sweeps = sweeps, _sweeps(conn)
         report.passes += 1
         for r in rows:
             report.add(r)
-        if dry_run or len(rows) < size:
+        # a short pass may only mean that its sweep step read kept runs: go on while a pass
+        # moved a sweep that has not reached the top yet (runner.prune_v1, revision 0021)
+        if dry_run or (len(rows) < size and (sweeps is None or sweeps == before)):
             break
     return report
+
+
+def _sweeps(conn: psycopg.Connection[Any]) -> str | None:
+    """Where the jobs' retention sweeps stand (None: each at the top, or not started)."""
+    row = conn.execute(Q["prune_sweeps"]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def open_archive(path: str) -> IO[str]:
