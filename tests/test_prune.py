@@ -132,6 +132,13 @@ def test_the_long_period_applies_once_it_is_over(tx: psycopg.Connection[Any]) ->
                                        finished=slot + timedelta(minutes=1))
         tx.execute("UPDATE runner.job_runs SET next_attempt_at = CASE WHEN %s THEN now() END WHERE id = %s",
                    (retry, keep[status, retry]))
+    # a failed run of a replay plan still running: the plan may run it again
+    group = tx.execute("INSERT INTO runner.backfills (job_name, range_from, range_to, requested_by, reason)"
+                       " VALUES ('j', %s, %s, 'w', 'r') RETURNING replay_group_id",
+                       (s["start"], s["now"])).fetchone()[0]
+    slot = s["now"] - timedelta(days=7.5) + timedelta(minutes=30)
+    keep["planned", False] = make_run(tx, "j", slot, status="failed", started=slot, finished=slot)
+    tx.execute("UPDATE runner.job_runs SET replay_group_id = %s WHERE id = %s", (group, keep["planned", False]))
     gone = prune(tx)
     assert {r[3] for r in gone} == {"succeeded", "dead", "failed"}
     assert s["retried"] in {r[2] for r in gone} and s["dead"] in {r[2] for r in gone}

@@ -9,8 +9,9 @@
 -- optional (6 x S when absent). A job without S is never pruned. A run may go when
 --   * it accounts for its slot: succeeded, skipped, coalesced or cancelled; or, only when the
 --     policy sets F, it is dead or failed with no retry pending (next_attempt_at IS NULL).
---     Pending, running and awaiting_approval runs and failed runs with a retry pending are
---     never pruned, nor dead and failed ones of a job whose policy does not set F: the gap
+--     Pending, running and awaiting_approval runs, failed runs with a retry pending and
+--     dead or failed runs of a replay plan not over (planned, running, paused) are never
+--     pruned, nor dead and failed ones of a job whose policy does not set F: the gap
 --     scan lists them, and pruning one ends that listing (the slot is then at or below
 --     pruned_through, which nothing expands again), so that needs the job's owner to have
 --     said how long such a run may stay listed;
@@ -131,6 +132,10 @@ BEGIN
                              THEN j.keep_long ELSE j.keep_done END)
                         OR (j.ends_dead
                             AND (r.status = 'dead' OR (r.status = 'failed' AND r.next_attempt_at IS NULL))
+                            -- (not one a replay plan that is not over may still run again)
+                            AND (r.replay_group_id IS NULL OR NOT EXISTS (
+                                    SELECT 1 FROM runner.backfills b WHERE b.replay_group_id = r.replay_group_id
+                                      AND b.status IN ('planned', 'running', 'paused')))
                             AND greatest(r.schedule_slot, r.finished_at) < clock - j.keep_long))
                        AND NOT EXISTS (SELECT 1 FROM runner.gap_holes h
                                        WHERE h.job_name = r.job_name AND h.schedule_slot = r.schedule_slot)
@@ -173,6 +178,10 @@ BEGIN
                         THEN j.keep_long ELSE j.keep_done END)
                    OR (j.ends_dead
                        AND (r.status = 'dead' OR (r.status = 'failed' AND r.next_attempt_at IS NULL))
+                       -- (not one a replay plan that is not over may still run again)
+                       AND (r.replay_group_id IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM runner.backfills b WHERE b.replay_group_id = r.replay_group_id
+                                 AND b.status IN ('planned', 'running', 'paused')))
                        AND greatest(r.schedule_slot, r.finished_at) < clock - j.keep_long))
             ORDER BY r.schedule_slot, r.id
             FOR UPDATE OF r SKIP LOCKED
