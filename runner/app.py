@@ -62,21 +62,28 @@ MIN_RETENTION = timedelta(hours=1)  # runner.prune_v1 keeps every run at least t
 class Retention:
     """How long a job's runs are kept before retention (runner.prune_v1) deletes them:
     ``succeeded`` for runs that succeeded, were skipped or coalesced; ``failed`` (longer) for
-    cancelled runs, runs that were retried or failed on the way, and runs an operator touched.
-    Runs that do not account for their slot (failed, dead, awaiting approval, pending,
-    running) are never pruned: the gap scan lists them."""
+    cancelled runs, runs that were retried or failed on the way, and runs an operator touched;
+    and, only when ``failed`` was given (``failed_set``), dead runs and failed runs with no
+    retry pending. Without it those are never pruned: the gap scan lists them, and pruning one
+    ends its listing. Pending, running and awaiting-approval runs are never pruned."""
 
     succeeded: timedelta
     failed: timedelta
+    failed_set: bool = field(default=False, compare=False)
 
     def as_options(self) -> dict[str, float]:
-        return {"succeeded_seconds": self.succeeded.total_seconds(),
-                "failed_seconds": self.failed.total_seconds()}
+        """The policy stored in ``runner.jobs.options``: ``failed_seconds`` only when set
+        (runner.prune_v1 then prunes dead runs too; without it, 6 x ``succeeded_seconds``)."""
+        options = {"succeeded_seconds": self.succeeded.total_seconds()}
+        if self.failed_set:
+            options["failed_seconds"] = self.failed.total_seconds()
+        return options
 
 
 def parse_retention(value: object, *, field_name: str = "retention") -> Retention:
     """``"30d"`` (succeeded runs 30 days, the others 6 x that), or ``{"succeeded": "30d",
-    "failed": "180d"}`` (``failed`` optional: 6 x ``succeeded``). Each at least 1 hour, and
+    "failed": "180d"}`` (``failed`` optional: 6 x ``succeeded``; only a ``failed`` given lets
+    dead runs and failed runs with no retry pending go, ``failed_set``). Each at least 1 hour, and
     ``failed`` at least ``succeeded``. Raises ScheduleError (with ``field``) when invalid."""
     if isinstance(value, dict):
         unknown = set(value) - {"succeeded", "failed"}
@@ -96,7 +103,8 @@ def parse_retention(value: object, *, field_name: str = "retention") -> Retentio
         raise ScheduleError(field_name, "runs are kept at least 1 hour")
     if failed < succeeded:
         raise ScheduleError(field_name, "failed runs must be kept at least as long as succeeded ones")
-    return Retention(succeeded=succeeded, failed=failed)
+    return Retention(succeeded=succeeded, failed=failed,
+                     failed_set=isinstance(value, dict) and value.get("failed") is not None)
 
 
 @dataclass(frozen=True)

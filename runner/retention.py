@@ -24,7 +24,9 @@ failure is logged and the next pass tries again.
 
 ``prune`` is the CLI's side: each pass first waits for the fleet's lock (a runner's pass
 holds it briefly), so that "nothing pruned" means nothing was left, never that a runner was
-pruning at that moment; passes until nothing is left (or ``limit``), optionally writing
+pruning at that moment; passes until nothing is left (or ``limit``): until a pass takes fewer
+than its batch and every job's sweep (runner.prune_v1 reads at most the batch plus 1,000 of a
+job's runs per pass, from a cursor) reached the top of its range; optionally writing
 every pruned run (with its attempts and effects, as JSON) to an archive table or file in the
 same transaction as the deletion, before it commits: nothing goes unarchived. A file's lines
 are flushed and fsync'ed before the commit (else a crash just after it could lose archived
@@ -142,6 +144,7 @@ def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
     commits."""
     report = PruneReport()
     batch = max(1, min(batch, MAX_BATCH))
+    sweeps = _sweeps(conn)
     while True:
         size = batch if limit is None else min(batch, limit - report.runs)
         if dry_run:
@@ -158,10 +161,13 @@ def prune(conn: psycopg.Connection[Any], namespace: int, *, batch: int = 1000,
                     _archive_table(conn, archive_table, rows)
                 if archive_file is not None:
                     _archive_lines(archive_file, rows, report.runs)
+            before, sweeps = sweeps, _sweeps(conn)
         report.passes += 1
         for r in rows:
             report.add(r)
-        if dry_run or len(rows) < size:
+        # a short pass may only mean that its sweep step read kept runs: go on while a pass
+        # moved a sweep that has not reached the top yet (runner.prune_v1, revision 0021)
+        if dry_run or (len(rows) < size and (sweeps is None or sweeps == before)):
             break
     return report
 
@@ -182,6 +188,12 @@ def _archive_lines(out: IO[str], rows: list[dict[str, Any]], pruned: int) -> Non
         raise ArchiveError(f"--archive-file: writing failed ({exc.strerror or exc}); the pass it was in "
                            f"deleted nothing ({pruned} run(s) of earlier passes were archived and pruned)",
                            pruned) from None
+
+
+def _sweeps(conn: psycopg.Connection[Any]) -> str | None:
+    """Where the jobs' retention sweeps stand (None: each at the top, or not started)."""
+    row = conn.execute(Q["prune_sweeps"]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def open_archive(path: str) -> IO[str]:

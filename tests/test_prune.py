@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from runner import retention
 from runner.app import Retention, Runner, parse_retention
 from runner.errors import JobDefinitionError
 from runner.schedule import ScheduleError
@@ -24,7 +25,7 @@ from tests.test_operators import cli, make_run
 
 H = timedelta(hours=1)
 D = timedelta(days=1)
-POLICY = {"succeeded_seconds": 86400.0, "failed_seconds": 5 * 86400.0}  # 1 day, 5 days
+POLICY = {"succeeded_seconds": 86400.0}  # 1 day; the others 6 days, and dead runs kept
 
 
 def seed(conn: psycopg.Connection[Any], job: str = "j", days: int = 10, wm_age: timedelta = 2 * D,
@@ -120,9 +121,40 @@ def test_prune_keeps_what_the_policy_and_the_gap_scan_need(tx: psycopg.Connectio
 
 
 def test_the_long_period_applies_once_it_is_over(tx: psycopg.Connection[Any]) -> None:
+    """failed_seconds set: dead runs and failed runs with no retry pending go after it too;
+    pending, running, awaiting approval and a failed run with a retry pending never do.
+    Without failed_seconds (6 x succeeded_seconds for the others) dead runs stay."""
     s = seed(tx, policy={"succeeded_seconds": 86400.0, "failed_seconds": 3.5 * 86400.0})
-    gone = {r[2] for r in prune(tx)}
-    assert s["retried"] in gone and s["manual"] not in gone and s["dead"] not in gone
+    keep = {}
+    for days, status, retry in ((8, "failed", False), (6, "failed", True), (5, "pending", True),
+                                (5.5, "running", False), (6.5, "awaiting_approval", False)):
+        slot = s["now"] - timedelta(days=days) + timedelta(minutes=30)
+        keep[status, retry] = make_run(tx, "j", slot, status=status, started=slot,
+                                       finished=slot + timedelta(minutes=1))
+        tx.execute("UPDATE runner.job_runs SET next_attempt_at = CASE WHEN %s THEN now() END WHERE id = %s",
+                   (retry, keep[status, retry]))
+    # a failed run of a replay plan still running: the plan may run it again
+    group = tx.execute("INSERT INTO runner.backfills (job_name, range_from, range_to, requested_by, reason)"
+                       " VALUES ('j', %s, %s, 'w', 'r') RETURNING replay_group_id",
+                       (s["start"], s["now"])).fetchone()[0]
+    slot = s["now"] - timedelta(days=7.5) + timedelta(minutes=30)
+    keep["planned", False] = make_run(tx, "j", slot, status="failed", started=slot, finished=slot)
+    tx.execute("UPDATE runner.job_runs SET replay_group_id = %s WHERE id = %s", (group, keep["planned", False]))
+    gone = prune(tx)
+    assert {r[3] for r in gone} == {"succeeded", "dead", "failed"}
+    assert s["retried"] in {r[2] for r in gone} and s["dead"] in {r[2] for r in gone}
+    assert {r[1] for r in gone if r[3] == "failed"} == {keep["failed", False]}
+    assert s["manual"] in slots_of(tx)
+    assert {keep[k] for k in keep if k != ("failed", False)} <= {
+        r[0] for r in tx.execute("SELECT id FROM runner.job_runs")}
+    # pruning the dead run ended its listing, and the audit is content
+    assert [(g[1], g[3]) for g in gaps(tx) if g[3] == "dead"] == []
+    assert [v for v in violations(tx) if v[0] == "unlisted_gap"] == []
+
+    other = seed(tx, job="k", policy={"succeeded_seconds": 86400.0})
+    gone = prune(tx)
+    assert gone and {r[0] for r in gone} == {"k"} and {r[3] for r in gone} == {"succeeded"}
+    assert {other["dead"], other["retried"], other["manual"]} <= slots_of(tx, "k")
 
 
 def test_a_pass_is_bounded_and_oldest_first(tx: psycopg.Connection[Any]) -> None:
@@ -131,6 +163,98 @@ def test_a_pass_is_bounded_and_oldest_first(tx: psycopg.Connection[Any]) -> None
     assert [r[2] for r in first] == [s["start"] + n * H for n in range(10)]
     assert tx.execute("SELECT pruned_through FROM runner.gap_watermarks").fetchone()[0] == s["start"] + 9 * H
     assert len(prune(tx, batch=0)) == 0
+
+
+def one(conn: psycopg.Connection[Any], query: str, *params: Any) -> Any:
+    return conn.execute(query, params or None).fetchone()[0]  # type: ignore[index]
+
+
+def runs_read(conn: psycopg.Connection[Any]) -> int:
+    """Rows of runner.job_runs this transaction has fetched so far (index and heap scans)."""
+    return int(one(conn, "SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
+                            " FROM pg_stat_xact_user_tables WHERE relid = 'runner.job_runs'::regclass"))
+
+
+def test_a_pass_reads_a_bounded_number_of_the_runs_it_keeps(tx: psycopg.Connection[Any]) -> None:
+    """5,000 dead runs below the watermark that the policy keeps (no failed_seconds) and nothing
+    to prune: a pass reads at most the batch plus the sweep's step (1,000) of them, not all
+    (the query before revision 0021 read every one on every pass); the sweep goes on from its
+    cursor, and a run that may go is found within a sweep."""
+    now = tx.execute("SELECT date_trunc('minute', now())").fetchone()[0]
+    start = now - 10 * D
+    tx.execute("INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, options, track_from,"
+               " first_registered_at) VALUES ('d', 'every', '1 minute', %s, %s, %s)",
+               (Jsonb({"retention": {"succeeded_seconds": 3600.0}}), start, start))
+    tx.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval, timezone)"
+               " SELECT job_name, track_from, schedule_kind, every_interval, timezone FROM runner.jobs")
+    # runs at every minute of the first 5,000, dead; the rest of the 10 days: a hole each,
+    # nothing else (never_started slots are no runs to read)
+    tx.execute("INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date,"
+               " window_start, window_end, status, trigger, attempt, fence, idempotency_key, started_at,"
+               " finished_at, updated_at) SELECT 'd', t, '', t::date, t, t, 'dead', 'schedule', 1, 1, 'k',"
+               " t, t, t FROM generate_series(%s::timestamptz, %s::timestamptz - interval '1 minute',"
+               " interval '1 minute') AS t", (start, start + 5000 * timedelta(minutes=1)))
+    tx.execute("SELECT runner.advance_watermarks_v1(%s)", (start + 5000 * timedelta(minutes=1),))
+    reads = []
+    for _ in range(6):
+        before = runs_read(tx)
+        assert prune(tx, batch=10) == []
+        reads.append(runs_read(tx) - before)
+    assert max(reads) <= 10 + 1000 + 10, reads
+    # the sweep went through all 5,000 in 5 passes and started again at the bottom
+    cursors = one(tx, "SELECT prune_cursor FROM runner.gap_watermarks WHERE job_name = 'd'")
+    assert cursors is not None and cursors < start + 2 * 1010 * timedelta(minutes=1)
+    # a run that may go, high up in the range: found within a sweep of passes
+    tx.execute("UPDATE runner.job_runs SET status = 'succeeded' WHERE job_name = 'd' AND schedule_slot = %s",
+               (start + 4990 * timedelta(minutes=1),))
+    found = []
+    for _ in range(6):
+        found += prune(tx, batch=10)
+    assert [r[2] for r in found] == [start + 4990 * timedelta(minutes=1)]
+    # `runner prune` goes on while a sweep moves, though each pass takes nothing; a dry run
+    # looks at everything from the bottom
+    late = start + 4995 * timedelta(minutes=1)
+    tx.execute("UPDATE runner.job_runs SET status = 'succeeded' WHERE job_name = 'd' AND schedule_slot = %s",
+               (late,))
+    assert [r[2] for r in prune(tx, batch=10, dry_run=True)] == [late]
+    report = retention.prune(tx, 21077, batch=10)
+    assert report.runs == 1 and report.passes >= 2
+    assert prune(tx, batch=10, dry_run=True) == []
+
+
+def test_slot_fanouts_go_once_their_slot_is_empty(tx: psycopg.Connection[Any]) -> None:
+    """A dynamic-partition job's fan-out rows at or below pruned_through go in the same pass,
+    once no run and no hole of their slot is left: the dead run's and the hole's stay."""
+    s = seed(tx)
+    tx.execute("UPDATE runner.job_schedules SET dynamic_partitions = true WHERE job_name = 'j'")
+    tx.execute("INSERT INTO runner.slot_fanouts (job_name, schedule_slot, partitions)"
+               " SELECT 'j', t, ARRAY[''] FROM generate_series(%s::timestamptz, %s, interval '1 hour') AS t",
+               (s["start"], s["now"]))
+    # a fan-out to no partitions (no run, no hole), below the watermark
+    tx.execute("INSERT INTO runner.slot_fanouts (job_name, schedule_slot, partitions) VALUES ('j', %s, '{}')",
+               (s["start"] + timedelta(minutes=30),))
+    before = gaps(tx)
+    gone = prune(tx, batch=20)
+    pruned = one(tx, "SELECT pruned_through FROM runner.gap_watermarks")
+    assert pruned == max(r[2] for r in gone) == s["start"] + 19 * H
+
+    def fanouts() -> set[datetime]:
+        return {r[0] for r in tx.execute("SELECT schedule_slot FROM runner.slot_fanouts")}
+    assert fanouts() == {s["start"] + n * H for n in range(20, 24 * 10 + 1)}
+    prune(tx)
+    pruned = one(tx, "SELECT pruned_through FROM runner.gap_watermarks")
+    left = fanouts()
+    assert {t for t in left if t <= pruned} == {s["dead"], s["none"], s["retried"], s["manual"]}
+    assert {t for t in left if t > pruned} == {s["start"] + n * H for n in range(10 * 24 + 1)
+                                               if s["start"] + n * H > pruned}
+    assert gaps(tx) == before
+    # dry run: nothing goes
+    tx.execute("DELETE FROM runner.job_runs WHERE schedule_slot = %s", (s["retried"],))
+    tx.execute("UPDATE runner.gap_watermarks SET prune_cursor = NULL")
+    prune(tx, dry_run=True)
+    assert s["retried"] in fanouts()
+    prune(tx)
+    assert s["retried"] not in fanouts()
 
 
 def test_the_caller_chooses_only_the_batch(tx: psycopg.Connection[Any]) -> None:

@@ -24,7 +24,7 @@ UPGRADE = [
     "revisions/0009_retention.job_health.sql",
     "revisions/0009_retention.alerts.sql",
     "functions/retire_job_v1.sql",
-    "functions/prune_v1.sql",
+    "revisions/0009_retention.prune.sql",
 ]
 # the new objects go, then the views and functions of 0004, 0006, 0007 (alerts) and 0008 come
 # back as shipped

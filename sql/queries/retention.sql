@@ -38,3 +38,14 @@ CREATE TABLE IF NOT EXISTS {table} (
 
 -- name: archive_table_copy
 COPY {table} (job_name, run_id, schedule_slot, status, run, attempts, effects) FROM STDIN
+
+-- name: prune_sweeps
+-- Where each job's retention sweep stands (runner.gap_watermarks.prune_cursor, revision
+-- 0021_prune), for the jobs runner.prune_v1 sweeps: NULL once every sweep reached the top.
+-- `runner prune` goes on while a pass moved one and one is not at the top yet.
+SELECT string_agg(w.job_name || '=' || w.prune_cursor::text, ',' ORDER BY w.job_name)
+FROM runner.gap_watermarks w
+JOIN runner.jobs jb ON jb.job_name = w.job_name AND jb.track_from = w.track_from
+WHERE w.prune_cursor IS NOT NULL
+  AND w.complete_through IS NOT NULL
+  AND jsonb_typeof(jb.options -> 'retention' -> 'succeeded_seconds') = 'number'
