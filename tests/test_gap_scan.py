@@ -550,6 +550,10 @@ def test_advance_is_safe_from_several_processes_at_once(db_url: str) -> None:
         with psycopg.connect(db_url, autocommit=True) as other:
             other.execute("SET statement_timeout = '5s'")
             assert advance(other) == 0  # skips locked jobs instead of waiting
+            # and so does a bounded call, with no job of its own to share the budget among
+            # (its even share once divided by zero: the duty failed beside a second runner)
+            assert bounded(other, None, None, 1000) == (0, 0)
+            assert bounded(other, None, timedelta(hours=1), 1000) == (0, 0)
         holder.commit()
     finally:
         holder.close()

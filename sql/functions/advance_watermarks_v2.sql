@@ -131,7 +131,7 @@ BEGIN
                              CASE WHEN max_probes IS NULL THEN interval '100 years'
                                   ELSE greatest(r.step,
                                                 make_interval(secs => least(
-                                                    max_probes::float8 / cardinality(locked)
+                                                    max_probes::float8 / greatest(cardinality(locked), 1)
                                                     / coalesce(nullif(r.rate, 0), 1.0 / 60),
                                                     3.0e9)))
                              END)) AS target
