@@ -444,20 +444,52 @@ def test_a_bounded_advance_rejects_caps_that_are_not_positive(tx: psycopg.Connec
     assert rows_in(tx, "SELECT complete_through FROM runner.gap_watermarks") == before
 
 
-def test_a_probe_budget_gives_each_job_a_span_by_its_density(db_url: str) -> None:
-    """max_probes is shared evenly by the jobs and turned into a span by each job's rate: a
-    job every minute with 10 partitions moves 10 minutes on 100 probes, an hourly one is caught
-    up at once; a job whose share is less than one slot still moves one slot."""
+def test_a_probe_budget_is_shared_by_water_filling_over_the_jobs_behind(db_url: str) -> None:
+    """max_probes goes first to the jobs that need least (revision 0022_probes): an hourly job
+    behind by 2 slots takes its 2 probes and is caught up; the rest share what is left evenly
+    (298 / 3 probes each), turned into a span by each job's rate: a job every minute with 10
+    partitions moves 596 s; a job whose share is less than one slot (500 partitions) still
+    moves one slot; a second such job, whose turn would pass the budget, is not taken and stays
+    behind. The answer is the same after every call, and the calls catch everything up."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         start = T0
         sync(conn, now=start, dense={"every": "1m", "partitions": [f"p{i}" for i in range(10)]},
-             sparse={"every": "1h"}, huge={"every": "1m", "partitions": [f"t{i}" for i in range(500)]})
+             sparse={"every": "1h"}, huge={"every": "1m", "partitions": [f"t{i}" for i in range(500)]},
+             huge2={"every": "1m", "partitions": [f"u{i}" for i in range(500)]})
         as_of = start + timedelta(hours=2)
         expected = unwatermarked(conn, as_of)
-        assert bounded(conn, as_of, None, 300) == (3, 2)  # 100 probes each
-        assert watermark(conn, "dense") == start - US + timedelta(minutes=10)
+        assert bounded(conn, as_of, None, 300) == (3, 3)
         assert watermark(conn, "sparse") == as_of
+        # the level: the sparse job's 2 probes first, then (300 - 2) / 3 for each of the rest
+        level_span = timedelta(seconds=(300 - 2) / 3 / (10 / 60))
+        assert abs(watermark(conn, "dense") - (start - US + level_span)) < timedelta(milliseconds=1)  # type: ignore[operator]
         assert watermark(conn, "huge") == start - US + timedelta(minutes=1)  # one slot: 500 probes
+        assert watermark(conn, "huge2") is None  # its turn comes after 2 + 99 + 500 probes > 300
+        with conn.transaction():
+            assert gaps(conn, as_of) == expected
+        calls = 1
+        while True:
+            moved, behind = bounded(conn, as_of, None, 300)
+            calls += 1
+            assert moved >= 1
+            with conn.transaction():
+                assert gaps(conn, as_of) == expected
+            if not behind:
+                break
+            assert calls < 400
+        assert {j: watermark(conn, j) for j in ("dense", "sparse", "huge", "huge2")} == dict.fromkeys(
+            ("dense", "sparse", "huge", "huge2"), as_of)
+
+
+def test_a_cron_job_s_density_is_read_from_its_fields(db_url: str) -> None:
+    """A cron every 15 minutes counts 4 slots an hour (not one a minute): with a budget of 12
+    probes and nothing else behind, it moves 3 hours in one call."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sync(conn, now=T0, quarter={"cron": "*/15 * * * *"})
+        as_of = T0 + timedelta(hours=12)
+        expected = unwatermarked(conn, as_of)
+        assert bounded(conn, as_of, None, 12) == (1, 1)
+        assert abs(watermark(conn, "quarter") - (T0 - US + timedelta(hours=3))) < timedelta(milliseconds=1)  # type: ignore[operator]
         with conn.transaction():
             assert gaps(conn, as_of) == expected
 
@@ -664,3 +696,30 @@ def test_seconds_missed_after_the_last_runner_stopped_are_listed(db_url: str) ->
     assert {s for s in expected if s <= last_run} <= set(ran), "the runner skipped a slot while alive"
     assert listed == never_started("hello", [s for s in expected if s > last_run])
     assert not {s for _, s, _, _ in listed} & set(ran)
+
+
+def test_the_duty_s_budget_follows_the_target_without_a_dead_zone() -> None:
+    """A call at 40 % of the target grows the budget 2.5-fold, capped at double; one at 80 %
+    by a quarter; one at twice the target halves it, one at 1.25 times takes a fifth off; no
+    growth once nothing is behind; the bounds hold. (Before revision 0022's round, calls
+    between a quarter of the target and the target left the budget where it was for good.)"""
+    from runner import gapscan
+    duty = gapscan.Advancer(budget=100_000, target=1.0)
+    duty.adapt(0.4, behind=5)
+    assert duty.budget == 200_000
+    duty.adapt(0.8, behind=5)
+    assert duty.budget == 250_000
+    duty.adapt(2.0, behind=5)
+    assert duty.budget == 125_000
+    duty.adapt(1.25, behind=5)
+    assert duty.budget == 100_000
+    duty.adapt(0.5, behind=0)
+    assert duty.budget == 100_000
+    duty.adapt(0.0, behind=1)
+    assert duty.budget == 200_000
+    duty.budget = gapscan.MAX_BUDGET
+    duty.adapt(0.01, behind=1)
+    assert duty.budget == gapscan.MAX_BUDGET
+    duty.budget = gapscan.MIN_BUDGET
+    duty.adapt(100.0, behind=1)
+    assert duty.budget == gapscan.MIN_BUDGET

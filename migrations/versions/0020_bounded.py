@@ -17,7 +17,7 @@ down_revision = "0019_wide"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["functions/advance_watermarks_v2.sql", "functions/advance_watermarks_v1.sql",
+UPGRADE = ["revisions/0020_bounded.advance_watermarks_v2.sql", "functions/advance_watermarks_v1.sql",
            "revisions/0020_bounded.grants.sql"]
 DOWNGRADE = ["revisions/0020_bounded.down.sql", "revisions/0009_retention.advance_watermarks.sql"]
 

@@ -1,6 +1,6 @@
 """Catching up the gap-scan watermarks of an old ledger: one statement or bounded steps.
 
-    python scripts/bench/watermark_catchup.py --db DB
+    python scripts/bench/watermark_catchup.py --db DB [--timeout SECONDS]
 
 On an existing seeded ledger (scripts/bench/ledger_age.py --seed-only DB, or a database
 it kept with BENCH_KEEP_DB=1): every watermark and hole is set aside (in a transaction rolled
@@ -50,7 +50,7 @@ def set_aside(conn: psycopg.Connection[Any]) -> None:
     conn.execute("DELETE FROM runner.gap_watermarks")
 
 
-def catchup(url: str) -> dict[str, Any]:
+def catchup(url: str, timeout: float) -> dict[str, Any]:
     with psycopg.connect(url) as conn:
         conn.execute("SET jit = off")
         now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
@@ -61,11 +61,14 @@ def catchup(url: str) -> dict[str, Any]:
             t = time.perf_counter()
             conn.execute("SELECT * FROM runner.advance_watermarks_v2(%s, NULL, NULL)", (now,))
             uncapped_s = time.perf_counter() - t
+            print(f"uncapped: {uncapped_s:.1f} s", file=sys.stderr, flush=True)
             uncapped_holes = conn.execute(HOLES).fetchone()
             set_aside(conn)
             times: list[float] = []
             duty = gapscan.Advancer(threading.Event())
             budgets: list[int] = []
+            deadline = time.monotonic() + timeout
+            timed_out = False
             while True:
                 t = time.perf_counter()
                 _, behind = conn.execute("SELECT moved, behind FROM runner.advance_watermarks_v2(%s, NULL, %s, false)",
@@ -73,8 +76,11 @@ def catchup(url: str) -> dict[str, Any]:
                 took = time.perf_counter() - t
                 times.append(took)
                 budgets.append(duty.budget)
+                print(f"call {len(times)}: budget {duty.budget}, {took:.3f} s, {behind} behind",
+                      file=sys.stderr, flush=True)
                 duty.adapt(took, behind)  # the Advancer's own rule
-                if not behind or len(times) >= 2000:
+                timed_out = time.monotonic() > deadline
+                if not behind or timed_out:
                     t = time.perf_counter()  # the duty's last, tidy call
                     conn.execute("SELECT * FROM runner.advance_watermarks_v2(%s, NULL, %s, true)", (now, duty.budget))
                     times.append(time.perf_counter() - t)
@@ -85,7 +91,7 @@ def catchup(url: str) -> dict[str, Any]:
         "jobs": jobs, "history": str(history), "uncapped_s": round(uncapped_s, 2),
         "bounded": {"calls": len(times), "median_call_s": round(statistics.median(times), 3),
                     "longest_call_s": round(max(times), 3), "total_s": round(sum(times), 2),
-                    "budgets": budgets},
+                    "budgets": budgets, "timed_out": timed_out},
         "holes": uncapped_holes[0] if uncapped_holes else None,  # type: ignore[index]
         "same_holes": uncapped_holes == bounded_holes,
     }
@@ -95,8 +101,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN")
     parser.add_argument("--db", required=True, help="a seeded ledger")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds the bounded catch-up may take before it is stopped (said in the output)")
     args = parser.parse_args()
-    out = {"environment": environment(args.dsn), "catchup": catchup(url_of(dsn_for(args.dsn, args.db)))}
+    out = {"environment": environment(args.dsn),
+           "catchup": catchup(url_of(dsn_for(args.dsn, args.db)), args.timeout)}
     print(json.dumps(out, indent=2, default=str))
 
 

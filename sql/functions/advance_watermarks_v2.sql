@@ -105,11 +105,14 @@ BEGIN
         WHERE j.job_name = ANY (locked)
     ), rated AS MATERIALIZED (
         -- the job's densest schedule row, in slot x partition probes per second: an upper
-        -- bound (a cron fires at most once a minute; a dynamic job counts its last fan-out)
+        -- bound (a cron counts the minutes and hours its fields allow on every day; a dynamic
+        -- job counts its last fan-out), and its shortest step between slots
         SELECT m.*,
+               coalesce(m.wm, m.track_from - interval '1 microsecond') AS start,
                (SELECT max(CASE WHEN s.schedule_kind = 'every'
                                 THEN 1.0 / greatest(extract(epoch FROM s.every_interval), 0.000001)
-                                ELSE 1.0 / 60 END
+                                ELSE (SELECT bit_count(c.minutes::bit(64)) * bit_count(c.hours::bit(64))
+                                      FROM runner.cron_spec_v1(s.cron) AS c) / 86400.0 END
                            * CASE WHEN NOT s.dynamic_partitions
                                   THEN greatest(coalesce(cardinality(s.partitions), 1), 1)
                                   ELSE greatest(coalesce((SELECT cardinality(f.partitions) FROM runner.slot_fanouts f
@@ -120,22 +123,62 @@ BEGIN
                                 ELSE interval '1 minute' END)
                 FROM runner.job_schedules s WHERE s.job_name = m.job_name) AS step
         FROM marks m
-    ), base AS MATERIALIZED (
-        -- target: where this call's expansion of the job ends (its new complete_through):
-        -- at most max_span on, and at most the job's even share of max_probes at its rate
-        -- (but at least one slot's step, so that every call moves every job)
-        SELECT r.job_name, r.track_from, r.schedule_from, r.wm,
-               least(clock,
-                     coalesce(r.wm, r.track_from - interval '1 microsecond')
-                     + least(coalesce(max_span, interval '100 years'),
-                             CASE WHEN max_probes IS NULL THEN interval '100 years'
-                                  ELSE greatest(r.step,
-                                                make_interval(secs => least(
-                                                    max_probes::float8 / greatest(cardinality(locked), 1)
-                                                    / coalesce(nullif(r.rate, 0), 1.0 / 60),
-                                                    3.0e9)))
-                             END)) AS target
+    ), needs AS MATERIALIZED (
+        -- goal: as far as this call may take the job (as_of, or max_span on); need: the probes
+        -- that takes, at the job's rate; least: the probes of one step (one slot's partitions)
+        SELECT r.job_name, r.track_from, r.schedule_from, r.wm, r.start, r.rate,
+               least(clock, r.start + coalesce(max_span, interval '100 years')) AS goal,
+               greatest(extract(epoch FROM least(clock, r.start + coalesce(max_span, interval '100 years'))
+                                           - r.start), 0)::float8 * coalesce(nullif(r.rate, 0), 1.0 / 60) AS need,
+               greatest(extract(epoch FROM r.step)::float8 * coalesce(nullif(r.rate, 0), 1.0 / 60), 1) AS least_probes
         FROM rated r
+    ), ranked AS MATERIALIZED (
+        -- Sharing max_probes (revision 0022_probes): water-filling over the jobs still short
+        -- of their goal, the least needy first. Job r (by need, of k) would get level
+        -- (max_probes - the needs of those before it) / (k - r + 1) if all before it were
+        -- satisfied and all from it on shared the rest evenly; the first job whose need
+        -- exceeds its level sets the level of every job from it on. So a job that needs a few
+        -- probes (a daily job, one caught up but for seconds) takes them and no more, and the
+        -- budget left goes to the jobs with the most history, where an even share gave each
+        -- job the same whether it needed it or not (the catch-up of a 30M ledger crawled at
+        -- 100 probes a job a call while most jobs were done).
+        SELECT n.*, row_number() OVER w AS rn, count(*) OVER () AS k,
+               coalesce(sum(n.need) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS need_before
+        FROM needs n
+        WHERE n.start < n.goal
+        WINDOW w AS (ORDER BY n.need, n.job_name)
+    ), leveled AS MATERIALIZED (
+        SELECT r.*,
+               (SELECT min(q.rn) FROM ranked q
+                WHERE q.need > (max_probes - q.need_before) / (q.k - q.rn + 1)) AS first_short
+        FROM ranked r
+    ), shared AS MATERIALIZED (
+        -- each job's probes: its need, or the level, but never less than one step (so that a
+        -- job moves at least one slot); jobs are then taken in the same order while the
+        -- probes of those before them are under max_probes, so a call costs about max_probes
+        -- (at least one job's step) however many jobs are behind; a job not taken stays where
+        -- it is, behind, and is taken once the needier ones ahead of it are done
+        SELECT l.job_name,
+               CASE WHEN l.first_short IS NULL OR l.rn < l.first_short THEN l.need
+                    ELSE least(l.need, greatest(l.least_probes,
+                                               (max_probes - f.need_before) / (f.k - f.rn + 1))) END AS probes
+        FROM leveled l
+        LEFT JOIN ranked f ON f.rn = l.first_short
+    ), taken AS MATERIALIZED (
+        SELECT s.job_name, s.probes,
+               coalesce(sum(s.probes) OVER (ORDER BY r.rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                   < max_probes AS taken
+        FROM shared s JOIN ranked r ON r.job_name = s.job_name
+    ), base AS MATERIALIZED (
+        -- target: where this call's expansion of the job ends (its new complete_through)
+        SELECT n.job_name, n.track_from, n.schedule_from, n.wm, n.start,
+               CASE WHEN n.start >= n.goal OR max_probes IS NULL THEN n.goal
+                    WHEN NOT t.taken THEN n.start
+                    WHEN t.probes >= n.need THEN n.goal
+                    ELSE least(n.goal, n.start + make_interval(secs => least(
+                             t.probes / coalesce(nullif(n.rate, 0), 1.0 / 60), 3.0e9))) END AS target
+        FROM needs n
+        LEFT JOIN taken t ON t.job_name = n.job_name
     ), segments AS (
         SELECT b.job_name, s.schedule_kind, s.cron, s.every_interval, s.timezone,
                s.partitions, s.dynamic_partitions,
@@ -166,11 +209,13 @@ BEGIN
         CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
                                        WHEN f.job_name IS NOT NULL THEN f.partitions
                                        ELSE ARRAY[NULL::text] END) AS p(key)
-        LEFT JOIN LATERAL (SELECT r.id FROM runner.job_runs r
+        -- (SELECT 1, not the run's id: the key's index answers alone, an index-only scan,
+        -- where fetching the id read a heap page per probe: revision 0022_probes)
+        LEFT JOIN LATERAL (SELECT 1 AS found FROM runner.job_runs r
                            WHERE r.job_name = g.job_name AND r.schedule_slot = x.slot
                              AND (p.key IS NULL OR r.partition_key = p.key)
                            LIMIT 1) AS run ON true
-        WHERE g.lo < g.hi AND run.id IS NULL
+        WHERE g.lo < g.hi AND run.found IS NULL
     ), forgotten_outside AS (
         -- Holes outside the trusted watermark (a newer schedule, a moved track_from) stay only
         -- if expanded again just now. Only those up to the target are judged: a hole above it
@@ -228,12 +273,14 @@ BEGIN
             advanced_at = now()
         FROM base b
         WHERE w.job_name = b.job_name
+          AND b.start < b.target
           AND (b.wm IS NULL OR b.wm < b.target)
         RETURNING b.target
     )
-    SELECT count(*)::integer, (count(*) FILTER (WHERE a.target < clock))::integer
-    INTO moved, behind
-    FROM advanced a;
+    -- behind: every job short of as_of, also those this call did not take
+    SELECT (SELECT count(*) FROM advanced)::integer,
+           (SELECT count(*) FROM base b WHERE b.target < clock)::integer
+    INTO moved, behind;
 END
 $$;
 
