@@ -211,25 +211,40 @@ def _cell(value: Any) -> str:
 # -- db ---------------------------------------------------------------------------------
 
 
+LockTimeoutOpt = Annotated[str | None, typer.Option(
+    "--lock-timeout", envvar="RUNNER_MIGRATE_LOCK_TIMEOUT",
+    help="seconds each migration statement waits for a table lock before the migration is rolled "
+         "back and tried again (default 5)")]
+AttemptsOpt = Annotated[str | None, typer.Option(
+    "--attempts", envvar="RUNNER_MIGRATE_ATTEMPTS",
+    help="how many times the migration is tried before it fails, nothing applied (default 3)")]
+
+
 @db_app.command("upgrade")
-def db_upgrade(database_url: DbOpt = None, revision: str = "head") -> None:
-    """Migrate the runner schema to head (idempotent)."""
+def db_upgrade(database_url: DbOpt = None, revision: str = "head", lock_timeout: LockTimeoutOpt = None,
+               attempts: AttemptsOpt = None) -> None:
+    """Migrate the runner schema to head (idempotent), in one transaction. Each statement
+    waits at most --lock-timeout for a lock; the migration is then rolled back and tried again,
+    --attempts times in all, and fails with one line, nothing applied."""
     with _errors():
+        timeout, tries = migrate.migrate_lock_timeout(lock_timeout), migrate.migrate_attempts(attempts)
         choice = _resolve_db(database_url)
         _connect(choice).close()
-        migrate.upgrade(choice.url, revision)
+        migrate.upgrade(choice.url, revision, lock_timeout=timeout, attempts=tries)
         conn = _connect(choice)
         _say(f"runner schema at {migrate.current_revision(conn)} on {redact(choice.url)}")
         conn.close()
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt = None) -> None:
-    """Migrate the runner schema down to REVISION ('base' removes it)."""
+def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt = None,
+                 lock_timeout: LockTimeoutOpt = None, attempts: AttemptsOpt = None) -> None:
+    """Migrate the runner schema down to REVISION ('base' removes it); locks as for upgrade."""
     with _errors():
+        timeout, tries = migrate.migrate_lock_timeout(lock_timeout), migrate.migrate_attempts(attempts)
         choice = _resolve_db(database_url)
         _connect(choice).close()
-        migrate.downgrade(choice.url, revision)
+        migrate.downgrade(choice.url, revision, lock_timeout=timeout, attempts=tries)
         _say(f"runner schema downgraded to {revision}")
 
 
