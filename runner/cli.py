@@ -1310,11 +1310,14 @@ def web(
     login_window: Annotated[int, typer.Option(
         min=1, help="seconds over which failed token checks count")] = 300,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+    shutdown_grace: Annotated[int, typer.Option(
+        min=0, max=3600, help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
+                              "(no new connection is accepted meanwhile)")] = 10.0,
 ) -> None:
-    """The operator console: pages and a JSON API over the ledger (runner/web/)."""
+    """The operator console: pages and a JSON API over the ledger (runner/web/). SIGTERM or
+    SIGINT: it stops listening, lets the requests in flight finish (--shutdown-grace), closes
+    its pools and exits 0."""
     from dataclasses import replace
-
-    import uvicorn
 
     from runner.web import app as web_app
     from runner.web.auth import AuthConfigError, credentials
@@ -1359,8 +1362,9 @@ def web(
         log.warning("--trust-proxy-header with --host %s: anyone who reaches this port directly can "
                     "claim any user; listen on 127.0.0.1 behind the proxy", host)
     log.info("runner web on http://%s:%s (ledger %s)", host, port, redact(choice.url))
-    uvicorn.run(web_app.create_app(config), host=host, port=port, log_level=log_level.lower(),
-                access_log=False, server_header=False, proxy_headers=False)
+    if not web_app.serve(web_app.create_app(config), host, port, log_level.lower(), shutdown_grace):
+        raise typer.Exit(3)  # the server never started: uvicorn has logged why
+    log.info("runner web stopped")
 
 
 
