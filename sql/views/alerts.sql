@@ -51,8 +51,9 @@
 --              created is not finished, or its runs still await approval. One row per job,
 --              tier and plan (runner.misfire_decisions, revision 0012)
 --   bad_setting       a setting this view reads is set (ALTER DATABASE/ROLE ... SET, SET) to
---              something it cannot use: runner.job_not_in_code_after not a positive interval
---              of at most 100 years (runner.interval_setting_v1). The branch that reads it
+--              something it cannot use: runner.job_not_in_code_after not an interval above
+--              zero and at most 100 years in the forms runner.interval_setting_v1 reads
+--              ('6 hours', '1 day 12 hours', '06:30'). The branch that reads it
 --              uses its default instead (24 hours), so a typo never makes this view fail;
 --              the detail names the setting and its value (quoted, cut at 200 characters)
 --              (revision 0023_settings)
@@ -395,8 +396,9 @@ SELECT 'bad_setting',
        NULL::text,
        NULL::text,
        NULL::bigint,
-       format('setting %s is %L, not a positive interval of at most 100 years: job_not_in_code uses '
-              '24 hours until it is fixed (ALTER DATABASE ... SET %s = ''6 hours'', or RESET)',
+       format('setting %s is %L, not an interval above zero and at most 100 years such as ''6 hours'' '
+              'or ''1 day 12 hours'': job_not_in_code uses 24 hours until it is fixed (ALTER DATABASE '
+              '... SET %s = ''6 hours'', or RESET)',
               s.name, CASE WHEN length(s.raw) > 200 THEN left(s.raw, 200) || '...' ELSE s.raw END, s.name),
        now()
 FROM (SELECT 'runner.job_not_in_code_after'::text AS name,
