@@ -211,7 +211,7 @@ def test_a_bad_setting_of_the_database_leaves_alerts_and_status_working(db_url: 
         conn.execute(f"ALTER DATABASE {dbname} SET runner.job_not_in_code_after = 'banana'")
     with psycopg.connect(db_roles.url(db_url, "readonly"), autocommit=True) as reader:
         [(_, _, _, detail, _)] = bad_settings(reader)
-    assert "is 'banana', not a positive interval" in detail
+    assert "is 'banana', not an interval above zero" in detail
     out = run_cli("status", url=db_url)
     assert out.returncode == 0, out.stderr
     assert "bad_setting" in out.stdout and "banana" in out.stdout

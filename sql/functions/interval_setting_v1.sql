@@ -10,7 +10,7 @@
 --     '1h30m'), a number of at most 6 digits (and 6 decimals), a unit of
 --     y yr yrs year years | mon mons month months | w week weeks | d day days |
 --     h hr hrs hour hours | m min mins minute minutes | s sec secs second seconds;
---   or "hh:mm[:ss]" ('06:30');
+--   or hours and minutes (and seconds) separated by colons ('06:30');
 -- and the total above zero and at most 100 years (more means "never", and adding it to a
 -- timestamp can leave the timestamp range). Anything else PostgreSQL's interval input would
 -- take ('P1D', '@ 1 day', '1 day 06:00:00', signs) is not usable here: a cast would fail on
