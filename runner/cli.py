@@ -1312,7 +1312,7 @@ def web(
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     shutdown_grace: Annotated[int, typer.Option(
         min=0, max=3600, help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
-                              "(no new connection is accepted meanwhile)")] = 10.0,
+                              "(no new connection is accepted meanwhile)")] = 10,
 ) -> None:
     """The operator console: pages and a JSON API over the ledger (runner/web/). SIGTERM or
     SIGINT: it stops listening, lets the requests in flight finish (--shutdown-grace), closes
