@@ -211,25 +211,40 @@ def _cell(value: Any) -> str:
 # -- db ---------------------------------------------------------------------------------
 
 
+LockTimeoutOpt = Annotated[str | None, typer.Option(
+    "--lock-timeout", envvar="RUNNER_MIGRATE_LOCK_TIMEOUT",
+    help="seconds each migration statement waits for a table lock before the migration is rolled "
+         "back and tried again (default 5)")]
+AttemptsOpt = Annotated[str | None, typer.Option(
+    "--attempts", envvar="RUNNER_MIGRATE_ATTEMPTS",
+    help="how many times the migration is tried before it fails, nothing applied (default 3)")]
+
+
 @db_app.command("upgrade")
-def db_upgrade(database_url: DbOpt = None, revision: str = "head") -> None:
-    """Migrate the runner schema to head (idempotent)."""
+def db_upgrade(database_url: DbOpt = None, revision: str = "head", lock_timeout: LockTimeoutOpt = None,
+               attempts: AttemptsOpt = None) -> None:
+    """Migrate the runner schema to head (idempotent), in one transaction. Each statement
+    waits at most --lock-timeout for a lock; the migration is then rolled back and tried again,
+    --attempts times in all, and fails with one line, nothing applied."""
     with _errors():
+        timeout, tries = migrate.migrate_lock_timeout(lock_timeout), migrate.migrate_attempts(attempts)
         choice = _resolve_db(database_url)
         _connect(choice).close()
-        migrate.upgrade(choice.url, revision)
+        migrate.upgrade(choice.url, revision, lock_timeout=timeout, attempts=tries)
         conn = _connect(choice)
         _say(f"runner schema at {migrate.current_revision(conn)} on {redact(choice.url)}")
         conn.close()
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt = None) -> None:
-    """Migrate the runner schema down to REVISION ('base' removes it)."""
+def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt = None,
+                 lock_timeout: LockTimeoutOpt = None, attempts: AttemptsOpt = None) -> None:
+    """Migrate the runner schema down to REVISION ('base' removes it); locks as for upgrade."""
     with _errors():
+        timeout, tries = migrate.migrate_lock_timeout(lock_timeout), migrate.migrate_attempts(attempts)
         choice = _resolve_db(database_url)
         _connect(choice).close()
-        migrate.downgrade(choice.url, revision)
+        migrate.downgrade(choice.url, revision, lock_timeout=timeout, attempts=tries)
         _say(f"runner schema downgraded to {revision}")
 
 
@@ -1295,11 +1310,14 @@ def web(
     login_window: Annotated[int, typer.Option(
         min=1, help="seconds over which failed token checks count")] = 300,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+    shutdown_grace: Annotated[int, typer.Option(
+        min=0, max=3600, help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
+                              "(no new connection is accepted meanwhile)")] = 10,
 ) -> None:
-    """The operator console: pages and a JSON API over the ledger (runner/web/)."""
+    """The operator console: pages and a JSON API over the ledger (runner/web/). SIGTERM or
+    SIGINT: it stops listening, lets the requests in flight finish (--shutdown-grace), closes
+    its pools and exits 0."""
     from dataclasses import replace
-
-    import uvicorn
 
     from runner.web import app as web_app
     from runner.web.auth import AuthConfigError, credentials
@@ -1344,8 +1362,9 @@ def web(
         log.warning("--trust-proxy-header with --host %s: anyone who reaches this port directly can "
                     "claim any user; listen on 127.0.0.1 behind the proxy", host)
     log.info("runner web on http://%s:%s (ledger %s)", host, port, redact(choice.url))
-    uvicorn.run(web_app.create_app(config), host=host, port=port, log_level=log_level.lower(),
-                access_log=False, server_header=False, proxy_headers=False)
+    if not web_app.serve(web_app.create_app(config), host, port, log_level.lower(), shutdown_grace):
+        raise typer.Exit(3)  # the server never started: uvicorn has logged why
+    log.info("runner web stopped")
 
 
 

@@ -8,33 +8,102 @@ listing commands call first: an unmigrated or too-new schema is a clear one-line
 from __future__ import annotations
 
 import io
+import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from runner.settings import ConfigError, redact
+from runner.settings import DEFAULT_LOCK_NAMESPACE, ConfigError, redact
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0022_probes"
+HEAD = "0023_settings"
 
-# `runner db upgrade` (and `alembic upgrade`, through migrations/env.py) holds the session-level
-# advisory lock (lock namespace, MIGRATE_LOCK_KEY) while it migrates, so that two deploys never
-# migrate at once: the second waits, then finds the schema at head. The number is the one
-# runner.duty_lock_key_v1('migrate') gives (sql/functions/duty_lock_key_v1.sql: the key scheme),
-# held here because the lock is taken before the schema may exist; a test keeps them equal.
+# `runner db upgrade` / `downgrade` (and `alembic upgrade`, through migrations/env.py) holds
+# the session-level advisory lock (MIGRATE_LOCK_NAMESPACE, MIGRATE_LOCK_KEY) while it migrates,
+# so that two deploys never migrate at once: the second waits, then finds the schema at head.
+# The key is one per database whatever RUNNER_LOCK_NAMESPACE says: the namespace keeps a
+# fleet's run and duty keys clear of an application's advisory locks, but the ledger it
+# guards is the one `runner` schema of the database (the schema name is fixed: a database
+# holds one ledger), so two deploys configured with different namespaces still migrate the
+# same tables. The first half is the default namespace (21077, 'RU'): the key runners of the
+# previous revisions took with the default namespace, so an old deploy and a new one exclude
+# each other. A deploy whose RUNNER_LOCK_NAMESPACE is another one takes (that namespace, -2)
+# as well, after the fixed key, which is the key an old deploy of that namespace takes
+# (migrate_lock_keys). The number -2 is the one runner.duty_lock_key_v1('migrate') gives
+# (sql/functions/duty_lock_key_v1.sql: the key scheme), held here because the lock is taken
+# before the schema may exist; a test keeps them equal.
+MIGRATE_LOCK_NAMESPACE = DEFAULT_LOCK_NAMESPACE
 MIGRATE_LOCK_KEY = -2
 
+# Every statement of a migration waits at most this long for a table lock (lock_timeout), so
+# that a migration queued behind a long transaction does not make every runner's query queue
+# behind it; the whole migration (one transaction: migrations/env.py) is then rolled back and
+# tried again, MIGRATE_ATTEMPTS times in all, before `runner db upgrade` fails with one line
+# and nothing applied. RUNNER_MIGRATE_LOCK_TIMEOUT (seconds) and RUNNER_MIGRATE_ATTEMPTS, or
+# the options of `runner db upgrade`, change them.
+DEFAULT_MIGRATE_LOCK_TIMEOUT = 5.0
+DEFAULT_MIGRATE_ATTEMPTS = 3
 
-def alembic_config(url: str | None, output: io.StringIO | None = None) -> Config:
+
+class MigrationLocked(ConfigError):
+    """A migration could not take its locks within the lock timeout, on every attempt."""
+
+
+def migrate_lock_keys(namespace: int) -> list[tuple[int, int]]:
+    """The advisory keys a migration holds, in the order it takes them (see above)."""
+    keys = [(MIGRATE_LOCK_NAMESPACE, MIGRATE_LOCK_KEY)]
+    if namespace != MIGRATE_LOCK_NAMESPACE:
+        keys.append((namespace, MIGRATE_LOCK_KEY))
+    return keys
+
+
+def migrate_lock_timeout(raw: str | None = None) -> float:
+    """Seconds a migration statement waits for a lock: ``raw`` (an option), else
+    RUNNER_MIGRATE_LOCK_TIMEOUT, else the default. A positive number of seconds, at most 3600."""
+    raw = raw if raw not in (None, "") else os.environ.get("RUNNER_MIGRATE_LOCK_TIMEOUT")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MIGRATE_LOCK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:  # (NaN fails too)
+        raise ConfigError(f"the migration lock timeout (RUNNER_MIGRATE_LOCK_TIMEOUT, --lock-timeout) must be "
+                          f"a number of seconds above 0 and at most 3600, got {raw!r}")
+    return value
+
+
+def migrate_attempts(raw: str | None = None) -> int:
+    """How many times a migration is tried: ``raw``, else RUNNER_MIGRATE_ATTEMPTS, else 3 (1..100)."""
+    raw = raw if raw not in (None, "") else os.environ.get("RUNNER_MIGRATE_ATTEMPTS")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MIGRATE_ATTEMPTS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise ConfigError(f"the migration attempts (RUNNER_MIGRATE_ATTEMPTS, --attempts) must be an integer "
+                          f"1..100, got {raw!r}")
+    return value
+
+
+def alembic_config(url: str | None, output: io.StringIO | None = None, *, lock_timeout: float | None = None,
+                   attempts: int | None = None) -> Config:
     from alembic.config import Config
 
     cfg = Config(output_buffer=output) if output is not None else Config()
     cfg.set_main_option("script_location", str(resources.files("runner._migrations")))
+    # read by migrations/env.py (else the environment, else the defaults)
+    if lock_timeout is not None:
+        cfg.set_main_option("runner_lock_timeout", repr(float(lock_timeout)))
+    if attempts is not None:
+        cfg.set_main_option("runner_attempts", str(int(attempts)))
     if url:
         # alembic's ConfigParser treats % as interpolation
         from runner.settings import sqlalchemy_url
@@ -60,16 +129,20 @@ def known_revisions() -> set[str]:
     return {rev.revision for rev in script.walk_revisions()}
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head", *, lock_timeout: float | None = None,
+            attempts: int | None = None) -> None:
+    """Migrate to ``revision`` in one transaction; MigrationLocked when its locks could not be
+    taken within ``lock_timeout`` seconds on any of ``attempts`` tries (nothing applied)."""
     from alembic import command
 
-    command.upgrade(alembic_config(url), revision)
+    command.upgrade(alembic_config(url, lock_timeout=lock_timeout, attempts=attempts), revision)
 
 
-def downgrade(url: str, revision: str) -> None:
+def downgrade(url: str, revision: str, *, lock_timeout: float | None = None,
+              attempts: int | None = None) -> None:
     from alembic import command
 
-    command.downgrade(alembic_config(url), revision)
+    command.downgrade(alembic_config(url, lock_timeout=lock_timeout, attempts=attempts), revision)
 
 
 def offline_sql(revision: str = "head") -> str:

@@ -149,6 +149,74 @@ def test_a_job_in_no_live_runners_code_is_flagged_after_the_threshold(tx: psycop
     assert "job_not_in_code" not in alerts(tx, "gone")
 
 
+def not_in_code_fleet(tx: psycopg.Connection[Any]) -> None:
+    """Job `gone` last defined 25 hours ago, `recent` 23 hours ago, `kept` by a live runner."""
+    now = tx.execute("SELECT now()").fetchone()[0]
+    for name in ("kept", "gone", "recent"):
+        make_job(tx, name, registered=now - 100 * H)
+    tx.execute("UPDATE runner.jobs SET synced_at = now() - interval '30 hours'")
+    tx.execute("UPDATE runner.jobs SET synced_at = now() - interval '23 hours' WHERE job_name = 'recent'")
+    live_instance(tx, ["kept"])
+    tx.execute("INSERT INTO runner.instances (instance_id, host, pid, lock_namespace, heartbeat_at, stopped_at,"
+               " jobs) VALUES (gen_random_uuid(), 'h', 2, 21077, now() - interval '25 hours',"
+               " now() - interval '25 hours', '{gone,kept}')")
+
+
+def bad_settings(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT job_name, owner, run_id, detail, since IS NOT NULL FROM runner.alerts"
+                        " WHERE kind = 'bad_setting'").fetchall()
+
+
+HOSTILE_SETTING = "6 hours'; DROP TABLE runner.jobs; --"
+
+
+@pytest.mark.parametrize("value", [
+    "banana", "-1 hours", "0", "0 hours", "00:00", "1000 years", "101 years", "infinity", HOSTILE_SETTING,
+    "1 hour " + "x" * 500, "999999 years " * 8, "6 hourz", "P1D", "1 day 06:00:00", "1 hour 99:99"])
+def test_a_bad_job_not_in_code_after_is_an_alert_not_a_broken_view(tx: psycopg.Connection[Any], value: str) -> None:
+    """An operator's typo in runner.job_not_in_code_after (text that is no interval, zero or
+    negative, more than 100 years, a form interval_setting_v1 does not read) does not make runner.alerts fail: job_not_in_code uses 24
+    hours, and a bad_setting row names the setting and its value."""
+    not_in_code_fleet(tx)
+    tx.execute("SELECT set_config('runner.job_not_in_code_after', %s, true)", (value,))
+    flagged = tx.execute("SELECT job_name FROM runner.alerts WHERE kind = 'job_not_in_code'").fetchall()
+    assert flagged == [("gone",)]  # the default, 24 hours: not `recent` (23 hours)
+    [(job, owner, run_id, detail, since)] = bad_settings(tx)
+    assert (job, owner, run_id, since) == (None, None, None, True)
+    shown = value if len(value) <= 200 else value[:200] + "..."
+    quoted = "'" + shown.replace("'", "''") + "'"
+    assert detail.startswith(f"setting runner.job_not_in_code_after is {quoted}, not an interval above zero"), detail
+    assert "job_not_in_code uses 24 hours" in detail
+    assert tx.execute("SELECT to_regclass('runner.jobs') IS NOT NULL").fetchone()[0]
+
+
+@pytest.mark.parametrize("value", ["", "  ", "6 hours", "1 mon", "100 years", "1 day 12 hours", "90 min",
+                                   "06:30", "1h30m", "2 Weeks", "1.5 days"])
+def test_a_usable_or_empty_job_not_in_code_after_raises_no_bad_setting(tx: psycopg.Connection[Any],
+                                                                       value: str) -> None:
+    not_in_code_fleet(tx)
+    tx.execute("SELECT set_config('runner.job_not_in_code_after', %s, true)", (value,))
+    assert bad_settings(tx) == []
+    assert tx.execute("SELECT runner.interval_setting_v1('runner.job_not_in_code_after')").fetchone()[0] == (
+        None if not value.strip() else tx.execute("SELECT %s::interval", (value,)).fetchone()[0])
+    assert tx.execute("SELECT runner.interval_setting_v1('runner.no_such_setting')").fetchone()[0] is None
+
+
+def test_a_bad_setting_of_the_database_leaves_alerts_and_status_working(db_url: str, db_roles: Any) -> None:
+    """ALTER DATABASE ... SET runner.job_not_in_code_after = 'banana': every new session has it;
+    a readonly login still reads runner.alerts, `runner status` still works and shows it."""
+    db_roles.apply(db_url)
+    dbname = scalar(db_url, "SELECT current_database()")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {dbname} SET runner.job_not_in_code_after = 'banana'")
+    with psycopg.connect(db_roles.url(db_url, "readonly"), autocommit=True) as reader:
+        [(_, _, _, detail, _)] = bad_settings(reader)
+    assert "is 'banana', not an interval above zero" in detail
+    out = run_cli("status", url=db_url)
+    assert out.returncode == 0, out.stderr
+    assert "bad_setting" in out.stdout and "banana" in out.stdout
+
+
 def scalar_in(conn: psycopg.Connection[Any], statement: str) -> Any:
     row = conn.execute(statement).fetchone()
     return None if row is None else row[0]

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -26,11 +27,9 @@ WAITING = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT gr
            " AND classid = 21077 AND objid = 4294967294 AND objsubid = 2")  # (21077, -2) as two ints
 
 
-def upgrade_process(url: str) -> subprocess.Popen[str]:
-    import os
-
+def upgrade_process(url: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(runner_cmd("db", "upgrade"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, "RUNNER_DATABASE_URL": url})
+                            text=True, cwd=ROOT, env={**os.environ, **(env or {}), "RUNNER_DATABASE_URL": url})
 
 
 def test_two_deploys_migrate_one_at_a_time(empty_db_url: str) -> None:
@@ -52,6 +51,84 @@ def test_concurrent_upgrades_of_an_empty_database_both_succeed(empty_db_url: str
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == migrate.HEAD
+
+
+def _previous_of_head() -> str:
+    from alembic.script import ScriptDirectory
+
+    previous = ScriptDirectory.from_config(migrate.alembic_config(None)).get_revision(migrate.HEAD).down_revision
+    assert isinstance(previous, str)
+    return previous
+
+
+def test_deploys_of_two_lock_namespaces_migrate_one_at_a_time(db_url: str) -> None:
+    """The migrate lock is one per database, whatever RUNNER_LOCK_NAMESPACE says: the ledger is
+    the database's one runner schema. A first deploy (namespace 1) is held inside its migration
+    (a session locks the version table it updates last); a second deploy (namespace 2) waits
+    for the migrate lock meanwhile, and migrates nothing; both then succeed."""
+    migrate.downgrade(db_url, _previous_of_head())
+    waiting_on_version = ("SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted"
+                          " AND relation = 'runner.alembic_version'::regclass")
+    slow = {"RUNNER_MIGRATE_LOCK_TIMEOUT": "600"}
+    with psycopg.connect(db_url) as holder:
+        holder.execute("LOCK TABLE runner.alembic_version IN SHARE MODE")
+        first = upgrade_process(db_url, {**slow, "RUNNER_LOCK_NAMESPACE": "1"})
+        eventually(lambda: scalar(db_url, waiting_on_version) == 1, timeout=60,
+                   message="the first deploy migrates, up to its version update")
+        second = upgrade_process(db_url, {**slow, "RUNNER_LOCK_NAMESPACE": "2"})
+        eventually(lambda: scalar(db_url, WAITING) == 1, timeout=60,
+                   message="the second deploy waits for the migrate lock")
+        assert first.poll() is None and second.poll() is None
+        assert scalar(db_url, waiting_on_version) == 1  # the second is not inside a migration
+        holder.rollback()
+        outs = [p.communicate(timeout=120) for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert scalar(db_url, "SELECT version_num FROM runner.alembic_version") == migrate.HEAD
+
+
+def test_a_migration_waits_for_a_lock_at_most_its_lock_timeout(db_url: str) -> None:
+    """A migration queued behind a long transaction (a report reading runner.gap_watermarks,
+    which 0021_prune alters) does not stall the fleet: each statement waits at most the lock
+    timeout, the migration is rolled back and tried again, and after its attempts it fails
+    with one line, nothing applied; a runner's query on that table meanwhile waits about the
+    timeout at most. Once the report ends, the same upgrade succeeds."""
+    migrate.downgrade(db_url, "0020_bounded")
+    env = {"RUNNER_MIGRATE_LOCK_TIMEOUT": "0.5", "RUNNER_MIGRATE_ATTEMPTS": "2"}
+    queued = ("SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted"
+              " AND mode = 'AccessExclusiveLock' AND relation = 'runner.gap_watermarks'::regclass")
+    with psycopg.connect(db_url) as report:
+        report.execute("SELECT count(*) FROM runner.gap_watermarks")
+        up = subprocess.Popen(runner_cmd("db", "upgrade", "--revision", "0021_prune"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, **env, "RUNNER_DATABASE_URL": db_url})
+        eventually(lambda: scalar(db_url, queued) == 1, timeout=60, message="the migration waits for its lock")
+        with psycopg.connect(db_url, autocommit=True) as fleet:
+            fleet.execute("SET statement_timeout = '20s'")
+            began = time.monotonic()
+            fleet.execute("SELECT count(*) FROM runner.gap_watermarks").fetchone()
+            waited = time.monotonic() - began
+        assert waited < 3.0, waited
+        out, err = up.communicate(timeout=120)
+        assert up.returncode == 1, (out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith("runner: error: the migration could not take its locks within 0.5 s, 2 time(s)")
+        assert "nothing was applied" in lines[0]
+        assert scalar(db_url, "SELECT version_num FROM runner.alembic_version") == "0020_bounded"
+        assert scalar(db_url, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'runner.gap_watermarks'::regclass"
+                              " AND attname = 'prune_cursor'") == 0
+    done = run_cli("db", "upgrade", "--revision", "0021_prune", url=db_url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert scalar(db_url, "SELECT version_num FROM runner.alembic_version") == "0021_prune"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "banana", "nan", "7200"])
+def test_a_bad_migration_lock_timeout_is_one_line(db_url: str, value: str) -> None:
+    out = run_cli("db", "upgrade", url=db_url, env={"RUNNER_MIGRATE_LOCK_TIMEOUT": value})
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "runner: error: the migration lock timeout (RUNNER_MIGRATE_LOCK_TIMEOUT, --lock-timeout) must be a "
+        f"number of seconds above 0 and at most 3600, got {value!r}"]
 
 
 def test_the_migrate_key_is_the_key_schemes(db_url: str) -> None:

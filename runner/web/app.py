@@ -601,3 +601,64 @@ def prepare(database_url: str, read_database_url: str | None, credentials: auth.
         check(read_database_url)
     return WebConfig(database_url=database_url, read_database_url=read_database_url,
                      credentials=credentials, app=app, privilege_warning=warning)
+
+
+def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> bool:
+    """Serve ``web`` until SIGTERM or SIGINT, then drain: stop listening at once (a new
+    connection is refused), let the requests in flight finish for up to ``grace`` seconds
+    (then cancel what remains), close the pools (the app's lifespan), and return. The signals
+    go through runner.signals.SignalStop as for ``runner start`` (a second SIGINT exits at once
+    with 130), not through uvicorn's own handlers, which raise the signal again once the server
+    has stopped (the process then ends killed by it: 143 from a shell, not 0). False when the
+    server never started (the port is taken, the lifespan failed)."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import uvicorn
+
+    from runner.signals import SignalStop
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # SignalStop has them
+
+    server = Server(uvicorn.Config(web, host=host, port=port, log_level=log_level, access_log=False,
+                                   server_header=False, proxy_headers=False,
+                                   timeout_graceful_shutdown=grace))
+    stopping = SignalStop(logging.getLogger("runner.web"))
+    stopping.install()
+
+    def stop() -> None:
+        server.should_exit = True  # uvicorn's main loop looks every 0.1 s
+
+    stopping.stop_with(stop)
+    server.run()
+    _leave_cut_requests()
+    return bool(server.started)
+
+
+def _leave_cut_requests() -> None:
+    """A request cut at the end of the grace period may still run on its worker thread (a
+    statement waiting in the database): Python would wait for that thread at exit, for ever if
+    the statement never ends. Give the threads a moment, then exit without them; closing the
+    process closes their database sessions, and PostgreSQL rolls their transactions back."""
+    import os
+    import sys
+    import threading
+    import time
+
+    deadline = time.monotonic() + 2.0
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
+             and t.is_alive()]
+    if stuck:
+        logging.getLogger("runner.web").warning(
+            "%d request(s) still running after the grace period: exiting without them (their "
+            "transactions roll back)", len(stuck))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -50,6 +50,13 @@
 --              not checked) decided missed slots whose work is still open: the plan it
 --              created is not finished, or its runs still await approval. One row per job,
 --              tier and plan (runner.misfire_decisions, revision 0012)
+--   bad_setting       a setting this view reads is set (ALTER DATABASE/ROLE ... SET, SET) to
+--              something it cannot use: runner.job_not_in_code_after not an interval above
+--              zero and at most 100 years in the forms runner.interval_setting_v1 reads
+--              ('6 hours', '1 day 12 hours', '06:30'). The branch that reads it
+--              uses its default instead (24 hours), so a typo never makes this view fail;
+--              the detail names the setting and its value (quoted, cut at 200 characters)
+--              (revision 0023_settings)
 --
 -- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
 -- retirement are not expected; their dead runs still alert.
@@ -321,7 +328,8 @@ GROUP BY sq.pid
 
 UNION ALL
 -- job_not_in_code: defined by no live runner for longer than runner.job_not_in_code_after
--- (revision 0009). Live: not stopped, heartbeat within the last 15 s (3 instance heartbeats,
+-- (revision 0009; a setting that is not a usable interval counts as unset, 24 hours, and
+-- raises a bad_setting alert: revision 0023_settings). Live: not stopped, heartbeat within the last 15 s (3 instance heartbeats,
 -- as the shares count them). Last defined: the newest heartbeat of any runner, live or not,
 -- whose code had the job (the instance rows kept, one pass over them for every job, and
 -- runner.jobs.in_code_at for those retention deleted: revision 0016_health), else the job's
@@ -336,7 +344,7 @@ SELECT 'job_not_in_code',
        seen.at + limits.after
 FROM job
 CROSS JOIN LATERAL (
-    SELECT coalesce(nullif(current_setting('runner.job_not_in_code_after', true), '')::interval,
+    SELECT coalesce(runner.interval_setting_v1('runner.job_not_in_code_after'),
                     interval '24 hours') AS after
 ) limits
 LEFT JOIN (
@@ -380,5 +388,22 @@ WHERE d.alert
   AND ((d.backfill_id IS NOT NULL AND b.status IN ('planned', 'running', 'paused'))
        OR (d.backfill_id IS NULL AND r.status = 'awaiting_approval'))
 GROUP BY d.job_name, job.owner, d.tier, d.backfill_id, b.lane, b.status
+
+UNION ALL
+-- bad_setting: a setting set to what this view cannot use; its branch uses the default
+-- (revision 0023_settings)
+SELECT 'bad_setting',
+       NULL::text,
+       NULL::text,
+       NULL::bigint,
+       format('setting %s is %L, not an interval above zero and at most 100 years such as ''6 hours'' '
+              'or ''1 day 12 hours'': job_not_in_code uses 24 hours until it is fixed (ALTER DATABASE '
+              '... SET %s = ''6 hours'', or RESET)',
+              s.name, CASE WHEN length(s.raw) > 200 THEN left(s.raw, 200) || '...' ELSE s.raw END, s.name),
+       now()
+FROM (SELECT 'runner.job_not_in_code_after'::text AS name,
+             current_setting('runner.job_not_in_code_after', true) AS raw) s
+WHERE nullif(btrim(s.raw), '') IS NOT NULL
+  AND runner.interval_setting_v1(s.name) IS NULL
 
 ;
