@@ -653,8 +653,12 @@ def test_runner_gaps_lists_the_scan_as_json_and_advances_the_watermarks(db_url: 
 
     since = run_cli("gaps", "--json", "--since", slots[-2].isoformat(), "--limit", "2", url=db_url)
     assert since.returncode == 0, since.stderr
-    assert [(g["schedule_slot"], g["partition_key"]) for g in json.loads(since.stdout)] == [
-        (slots[-2].isoformat(), "t 2"), (slots[-2].isoformat(), "t'1")]
+    # every job's gaps from that slot on, by slot, job and partition (the hourly job's slot
+    # is among them when an hour began in the last two minutes)
+    expected_since = sorted([(s, "report", p) for s in slots[-2:] for p in ("t 2", "t'1")]
+                            + [(s, "other", "") for s in every("1h", start - US, now) if s >= slots[-2]])[:2]
+    assert [(g["schedule_slot"], g["job_name"], g["partition_key"]) for g in json.loads(since.stdout)] == [
+        (s.isoformat(), j, p) for s, j, p in expected_since]
     assert "more" in since.stderr
 
     table = run_cli("gaps", "--job", "report", url=db_url)
