@@ -317,6 +317,12 @@ def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence
         conn.execute(Q["unlock_runs"], {"namespace": namespace, "run_ids": id_array(run_ids)}).fetchall()
 
 
+def try_lock_run(conn: psycopg.Connection[Any], namespace: int, run_id: int) -> bool:
+    """Take a run's session advisory lock on this session if it is free (re-entrant)."""
+    row = conn.execute(Q["try_lock_run"], {"namespace": namespace, "run_id": run_id}).fetchone()
+    return bool(row and row[0])
+
+
 def heartbeat_attempt(
     conn: psycopg.Connection[Any], run_id: int, fence: int, processed: int | None,
     failed: int | None, now: datetime | None = None,
@@ -348,14 +354,15 @@ def heartbeat_attempts(conn: psycopg.Connection[Any], owner: Owner, run_ids: Seq
 
 
 def relock_runs(conn: psycopg.Connection[Any], namespace: int,
-                runs: Sequence[tuple[int, int]]) -> set[int]:
-    """Lock again, on a new lock session, the runs (id, fence) still owned; returns those."""
+                runs: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Lock again, on a new lock session, the runs (id, fence) still owned at that fence;
+    returns those (id, fence), each locked once."""
     if not runs:
         return set()
     rows = conn.execute(TQ["relock_runs"], {
         "namespace": namespace, "run_ids": [r[0] for r in runs], "fences": [r[1] for r in runs],
     }).fetchall()
-    return {r[0] for r in rows}
+    return {(r[0], r[1]) for r in rows}
 
 
 def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str,

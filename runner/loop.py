@@ -12,7 +12,11 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   writes use a separate small control pool (``max(2, workers // 4)``), so a handler holding
   ``ctx.db`` can always record its progress and effects;
 * one completer thread with its own connection, which records finished attempts in batches
-  (one ``finish_attempts`` statement for many runs) and then releases their locks.
+  (one ``finish_attempts`` statement for many runs) and then releases their locks. The
+  session lock is re-entrant and the release follows the commit, so a retry due at once can
+  be claimed in between: ``_locks`` holds one entry per hold, (run id, fence), and each
+  attempt's end releases its own; an attempt that finds the key held by another session
+  waits up to ``LOCK_WAIT`` for it before failing (``_await_lock``).
 
 A background thread advances the gap scan's watermarks every minute on one more connection
 (runner/gapscan.py), another evaluates backfill pause conditions on one more
@@ -115,6 +119,9 @@ log = logging.getLogger("runner.loop")
 
 PREPARE_AHEAD = timedelta(seconds=1)  # claims of a slot are built this long before it is due
 LANE_YIELD = 0.05  # seconds before a slot during which the backfill lane does not start a pass
+# seconds an attempt whose run key another session holds waits for it (a runner's completer
+# unlocks a round trip after its outcome commit) before it fails with LockUnavailable
+LOCK_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -265,10 +272,12 @@ class Worker:
         self._lane_lock = threading.Lock()
         self._lanes_at = 0.0  # serving every lane: when the lane list was last read
         self._lane_runs: set[int] = set()  # runs the backfill lane started, still running
-        # run id -> fence of the attempt whose advisory lock this process's lock session
-        # holds. Only that attempt's end releases the lock: a refused (stale) outcome of an
-        # older attempt of the same run must never unlock the newer attempt's lock.
-        self._held: dict[int, int] = {}
+        # the attempts (run id, fence) whose advisory lock this process's lock session took:
+        # one entry per hold of the re-entrant session lock. Each attempt's end releases its
+        # own hold, and only its own: a refused (stale) outcome of an older attempt must never
+        # unlock the newer attempt's lock, and a retry this process claims between the older
+        # attempt's outcome commit and its unlock holds the key twice, so both ends unlock.
+        self._locks: set[tuple[int, int]] = set()
         self._poll_soon = False  # a catch-up run ended: start the next one without waiting
         self._rng = random.Random()
         self._backlog_cap = self.config.backlog_cap
@@ -611,7 +620,7 @@ class Worker:
 
     def _beat(self) -> None:
         with self._active_lock:  # running, and returned but not yet recorded
-            ids = list(self._held)
+            ids = sorted({run_id for run_id, _ in self._locks})
         ledger.heartbeat_attempts(self._conn(), self.owner, ids)
 
     def _slot_within(self, seconds: float) -> bool:
@@ -832,39 +841,71 @@ class Worker:
         for run in runs:
             self._inflight += 1
             self._lane_inflight[run.lane] = self._lane_inflight.get(run.lane, 0) + 1
-            job = self.jobs[run.job_name]
             if not run.locked:
-                # a session outside this runner holds the run's key (an application sharing
-                # RUNNER_LOCK_NAMESPACE, or a squatter): a failed attempt that counts against
-                # max_attempts like any other, so the run ends dead, never retried forever;
-                # the takeover duty ends the squatter where it may (runner/takeover.py)
-                log.error("run %s: attempt %s failed: its advisory lock key is held by a session "
-                          "that is not this runner's (a squatter, or an application sharing "
-                          "RUNNER_LOCK_NAMESPACE; runner.alerts names it: lock_squatter)",
-                          run.id, run.attempt)
-                self._finished.put((run, failure(run, job, LockUnavailable(
-                    "advisory lock key held by another session"), None)))
+                threading.Thread(target=self._await_lock, args=(run,), daemon=True,
+                                 name=f"runner-lock-wait-{run.id}").start()
                 continue
             with self._active_lock:
-                self._held[run.id] = run.fence
-            ctx: RunContext
-            handlers, pool = self._lane_resources(run.lane)
-            if job.is_async:
-                aloop = self._async_for(run.lane)
-                ctx = actx = aloop.context(run, job)
-            else:
-                ctx = JobContext(run, job, pool, self._control)
-            with self._active_lock:
-                self._active[(run.id, run.fence)] = Active(run, ctx)
-            self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
-            event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
-                  run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
-            crash_point("after_claim")
-            if job.is_async:
-                aloop.submit(run, job, actx)
-            else:
-                handlers.submit(self._execute, run, ctx)
+                self._locks.add((run.id, run.fence))
+            self._launch(run)
         self.metrics.inflight.set(self._inflight)
+
+    def _await_lock(self, run: ClaimedRun) -> None:
+        """The attempt started, but another session holds the run's key. For a moment that is
+        ordinary: a runner (this one or another) records an attempt's outcome, then unlocks
+        the run a round trip later, and a retry due at once may be claimed in between. So try
+        the lock again for up to LOCK_WAIT seconds before giving up on the attempt. A key held
+        longer is a session outside this runner (an application sharing
+        RUNNER_LOCK_NAMESPACE, or a squatter): a failed attempt that counts against
+        max_attempts like any other, so the run ends dead, never retried forever; the
+        takeover duty ends the squatter where it may (runner/takeover.py)."""
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.01
+        while not self._stop.is_set():
+            try:
+                got = ledger.try_lock_run(self._conn(), self.owner.namespace, run.id)
+            except psycopg.Error as exc:  # the lock session is gone: the attempt is lost too
+                log.debug("run %s: lock retry failed: %s", run.id, _first_line(exc))
+                break
+            if got:
+                with self._active_lock:
+                    self._locks.add((run.id, run.fence))
+                event(log, "lock_waited", logging.INFO, job=run.job_name, run_id=run.id,
+                      attempt=run.attempt, fence=run.fence,
+                      waited=round(LOCK_WAIT - (deadline - time.monotonic()), 3))
+                self._launch(run)
+                return
+            if time.monotonic() >= deadline:
+                break
+            self._stop.wait(min(delay, max(deadline - time.monotonic(), 0.0)))
+            delay = min(delay * 2, 0.2)
+        log.error("run %s: attempt %s failed: its advisory lock key is held by a session "
+                  "that is not this runner's (a squatter, or an application sharing "
+                  "RUNNER_LOCK_NAMESPACE; runner.alerts names it: lock_squatter)",
+                  run.id, run.attempt)
+        self._finished.put((run, failure(run, self.jobs[run.job_name], LockUnavailable(
+            "advisory lock key held by another session"), None)))
+
+    def _launch(self, run: ClaimedRun) -> None:
+        """Hand a started, locked attempt to its handler (a thread, or the lane's event loop)."""
+        job = self.jobs[run.job_name]
+        ctx: RunContext
+        handlers, pool = self._lane_resources(run.lane)
+        if job.is_async:
+            aloop = self._async_for(run.lane)
+            ctx = actx = aloop.context(run, job)
+        else:
+            ctx = JobContext(run, job, pool, self._control)
+        with self._active_lock:
+            self._active[(run.id, run.fence)] = Active(run, ctx)
+        self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
+        event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
+              run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
+        crash_point("after_claim")
+        if job.is_async:
+            aloop.submit(run, job, actx)
+        else:
+            handlers.submit(self._execute, run, ctx)
 
     def _execute(self, run: ClaimedRun, ctx: JobContext) -> None:
         began = self._begin(run)
@@ -1024,9 +1065,9 @@ class Worker:
         if any(run.trigger == "catch_up" for run, _ in batch):
             self._poll_soon = True  # replays run back to back, not one per poll interval
         with self._active_lock:
-            locked = [run.id for run, _ in batch if self._held.get(run.id) == run.fence]
-            for run_id in locked:
-                del self._held[run_id]
+            ends = {(run.id, run.fence) for run, _ in batch} & self._locks
+            self._locks -= ends
+            locked = [run_id for run_id, _ in sorted(ends)]  # a run twice: two holds, two unlocks
         try:
             ledger.unlock_runs(self._conn(), self.owner.namespace, locked)
         except psycopg.Error as exc:  # the session is gone, and its locks with it
@@ -1090,9 +1131,8 @@ class Worker:
         else:
             return
         with self._active_lock:
-            lost = [a for a in self._active.values() if a.run.id not in kept]
-            for run_id in [r for r in self._held if r not in kept]:
-                del self._held[run_id]  # its lock died with the old session
+            lost = [a for a in self._active.values() if (a.run.id, a.run.fence) not in kept]
+            self._locks = kept  # the old session's holds died with it; the new one holds these
         for a in lost:
             a.ctx.cancel("this process lost its lock session and another process owns the run")
         log.warning("lock session re-established: %d run(s) kept, %d lost to other processes",

@@ -64,26 +64,30 @@ def test_coalesce_over_a_long_downtime_points_every_row_at_a_run(db_url: str, tm
     assert_ledger_clean(db_url)
 
 
+def _one_job_worker(db_url: str, name: str, handler: Any, **options: Any) -> tuple[Worker, ledger.SlotClaim]:
+    """A started Worker (its loop not running: the test drives its steps) of one hourly job,
+    and the claim of one of its slots."""
+    app = Runner()
+    app.job(name, every="1h", **options)(handler)
+    worker = Worker(app, db_url, LoopConfig(workers=2, poll_interval=0.05))
+    worker.start()
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    return worker, ledger.SlotClaim(name, slot, "", slot.date(), slot - timedelta(hours=1), slot, "k")
+
+
 def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> None:
     """#3: after its lock session was lost, this process took its own run over on the new
     session (fence 2); the old attempt's outcome (fence 1) is refused and must not release
     the lock that attempt 2 holds."""
-    app = Runner()
     release = threading.Event()
-
-    @app.job("relocked", every="1h")
-    def handler(ctx: JobContext) -> None:
-        release.wait(30)
-
-    worker = Worker(app, db_url, LoopConfig(workers=2, poll_interval=0.05))
-    worker.start()
+    worker, claim = _one_job_worker(db_url, "relocked", lambda ctx: release.wait(30))
     try:
         conn = worker._conn()
-        slot = datetime(2026, 1, 1, tzinfo=UTC)
-        claim = ledger.SlotClaim("relocked", slot, "", slot.date(), slot - timedelta(hours=1), slot, "k")
         _, (old,) = ledger.claim_slots(conn, worker.owner, [claim])
         worker._start([old])
         ledger.unlock_runs(conn, worker.owner.namespace, [old.id])  # as if the session had died
+        with worker._active_lock:
+            worker._locks.discard((old.id, old.fence))  # (what _reconnect does with its holds)
         (new,), _ = ledger.take_over_orphans(conn, worker.owner, ["relocked"], 10)
         worker._start([new])
         assert new.fence == old.fence + 1
@@ -95,6 +99,74 @@ def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> Non
         assert held == 1, "the stale outcome released attempt 2's lock"
     finally:
         release.set()
+        worker.stop()
+        worker.shutdown()
+
+
+def test_a_retry_claimed_before_the_old_attempt_unlocks_leaves_no_lock(db_url: str) -> None:
+    """The completer commits an outcome (a failure, retry due at once) and unlocks the run a
+    moment later; in that moment this same process claims the retry on its lock session, and
+    the re-entrant session lock is held twice. Each attempt's end must release its own hold:
+    the old end used to skip its unlock (the run's newest fence was no longer its own), so the
+    key stayed held after the run ended, and every later attempt of the run (a rerun) failed
+    with runner.LockUnavailable until the process exited."""
+    release = threading.Event()
+    worker, claim = _one_job_worker(db_url, "relocked", lambda ctx: release.wait(30))
+    try:
+        conn = worker._conn()
+        _, (old,) = ledger.claim_slots(conn, worker.owner, [claim])
+        worker._start([old])
+        failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
+        with psycopg.connect(db_url, autocommit=True) as other:  # the completer's commit
+            assert ledger.finish_attempts(other, [failed]) == {(old.id, old.fence): True}
+        _, (new,) = ledger.claim_due_runs(conn, worker.owner, ["relocked"], 5)  # before the unlock
+        assert (new.id, new.fence, new.locked) == (old.id, old.fence + 1, True)
+        worker._start([new])
+
+        for run, outcome in ((old, failed), (new, Outcome(new.id, new.fence, "succeeded"))):
+            done = worker._record(None, [(run, outcome)])  # the old one: refused, already landed
+            if done is not None:
+                done.close()
+        assert scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s", (old.id,)) == "succeeded"
+        assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                              " AND pid = %s", (conn.info.backend_pid,)) == 0, "the run's key stays held"
+        with psycopg.connect(db_url, autocommit=True) as other:  # nobody else is kept out
+            assert other.execute("SELECT pg_try_advisory_lock(runner.lock_key_v1(%s, %s))",
+                                 (worker.owner.namespace, old.id)).fetchone() == (True,)
+    finally:
+        release.set()
+        worker.stop()
+        worker.shutdown()
+
+
+def test_a_retry_claimed_while_another_runner_unlocks_waits_for_the_key(db_url: str) -> None:
+    """The same moment seen from another process: runner A committed a failure (retry due at
+    once) and has not unlocked yet when runner B claims the retry. B's attempt must wait the
+    moment out and run, not fail as if a squatter held the key (that burnt one of the run's
+    max_attempts for nothing)."""
+    ran = threading.Event()
+    worker, claim = _one_job_worker(db_url, "handed", lambda ctx: ran.set(), max_attempts=2)
+    try:
+        conn = worker._conn()
+        with psycopg.connect(db_url, autocommit=True) as a:  # runner A's lock session
+            _, (old,) = ledger.claim_slots(a, worker.owner, [claim])
+            failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x",
+                             retry_delay=0.0)
+            assert ledger.finish_attempts(a, [failed]) == {(old.id, old.fence): True}
+            _, (new,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)  # B, before A unlocks
+            assert (new.id, new.locked) == (old.id, False)
+            worker._start([new])
+            assert not ran.is_set()  # B waits for the key
+            ledger.unlock_runs(a, worker.owner.namespace, [old.id])  # A's unlock, a moment late
+            assert ran.wait(10), "the retry never ran"
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (old.id,)) == "succeeded", timeout=10, message="the retry recorded")
+        assert rows(db_url, "SELECT fence, status, error_class FROM runner.attempts WHERE run_id = %s"
+                            " ORDER BY fence", (old.id,)) == [(1, "failed", "E"), (2, "succeeded", None)]
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                                          " AND granted AND pid = %s", (conn.info.backend_pid,)) == 0,
+                   timeout=10, message="B released the key")
+    finally:
         worker.stop()
         worker.shutdown()
 

@@ -122,7 +122,7 @@ def test_relock_after_a_lost_session_takes_each_lock_once(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         runs = _running_runs(conn, 5)
         kept = ledger.relock_runs(conn, NAMESPACE, runs)
-        assert kept == {run_id for run_id, _ in runs}
+        assert kept == set(runs)
         assert [_times_held(conn, run_id) for run_id, _ in runs] == [1] * 5
 
 
@@ -134,7 +134,7 @@ def test_relock_leaves_runs_it_no_longer_owns_unlocked(db_url: str) -> None:
         runs = _running_runs(conn, 3)
         waiting = _running_runs(conn, 1, status="failed", first=100)
         kept = ledger.relock_runs(conn, NAMESPACE, runs + waiting)
-        assert waiting[0][0] not in kept
+        assert waiting[0] not in kept and kept == set(runs)
         assert _times_held(conn, waiting[0][0]) == 0
 
 

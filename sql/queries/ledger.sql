@@ -256,6 +256,10 @@ FROM runner.finish_attempts_v1(%(outcomes)s::jsonb, %(now)s::timestamptz) AS f
 SELECT pg_advisory_unlock(runner.lock_key_v1(%(namespace)s, run_id)) AS released
 FROM unnest(%(run_ids)s::bigint[]) AS run_id
 
+-- name: try_lock_run
+-- An attempt whose run key was held when it started tries again (runner/loop.py _await_lock).
+SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s))
+
 -- name: heartbeat_attempt
 -- Progress of one attempt, fence-checked: no row returned means the attempt lost its run.
 WITH run AS (

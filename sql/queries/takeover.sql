@@ -129,13 +129,13 @@ LEFT JOIN orphan o ON o.id = k.id
 WITH mine AS (
     SELECT * FROM unnest(%(run_ids)s::bigint[], %(fences)s::bigint[]) AS t(id, fence)
 ), still AS MATERIALIZED (
-    SELECT m.id FROM mine m
+    SELECT DISTINCT m.id, m.fence FROM mine m
     JOIN runner.job_runs r ON r.id = m.id AND r.fence = m.fence AND r.status = 'running'
 ), locked AS MATERIALIZED (
-    SELECT id FROM still WHERE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, id))
+    SELECT id, fence FROM still WHERE pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, id))
 ), beat AS (
     UPDATE runner.attempts a SET owner_backend_pid = pg_backend_pid()
-    FROM locked, mine m
-    WHERE a.run_id = locked.id AND m.id = locked.id AND a.fence = m.fence AND a.status = 'running'
+    FROM locked
+    WHERE a.run_id = locked.id AND a.fence = locked.fence AND a.status = 'running'
 )
-SELECT id FROM locked
+SELECT id, fence FROM locked
