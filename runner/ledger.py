@@ -317,10 +317,14 @@ def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence
         conn.execute(Q["unlock_runs"], {"namespace": namespace, "run_ids": id_array(run_ids)}).fetchall()
 
 
-def try_lock_run(conn: psycopg.Connection[Any], namespace: int, run_id: int) -> bool:
-    """Take a run's session advisory lock on this session if it is free (re-entrant)."""
-    row = conn.execute(Q["try_lock_run"], {"namespace": namespace, "run_id": run_id}).fetchone()
-    return bool(row and row[0])
+def key_holder(conn: psycopg.Connection[Any], namespace: int, run_id: int,
+               fence: int) -> tuple[bool, bool, bool]:
+    """An attempt started while another session held its run's key: whether this session
+    took the key now (its holder let go), else whether a registered runner session holds it,
+    and whether the run's previous attempt was released for that already (runner/loop.py
+    ``Worker._key_held``)."""
+    row = conn.execute(Q["key_holder"], {"namespace": namespace, "run_id": run_id, "fence": fence}).fetchone()
+    return (bool(row[0]), bool(row[1]), bool(row[2])) if row else (False, False, False)
 
 
 def heartbeat_attempt(

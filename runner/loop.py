@@ -16,7 +16,7 @@ One ``Worker`` per ``runner start`` process. Its threads and connections:
   session lock is re-entrant and the release follows the commit, so a retry due at once can
   be claimed in between: ``_locks`` holds one entry per hold, (run id, fence), and each
   attempt's end releases its own; an attempt that finds the key held by another session
-  waits up to ``LOCK_WAIT`` for it before failing (``_await_lock``).
+  is released uncounted when a runner session holds it (``_key_held``).
 
 A background thread advances the gap scan's watermarks every minute on one more connection
 (runner/gapscan.py), another evaluates backfill pause conditions on one more
@@ -119,9 +119,8 @@ log = logging.getLogger("runner.loop")
 
 PREPARE_AHEAD = timedelta(seconds=1)  # claims of a slot are built this long before it is due
 LANE_YIELD = 0.05  # seconds before a slot during which the backfill lane does not start a pass
-# seconds an attempt whose run key another session holds waits for it (a runner's completer
-# unlocks a round trip after its outcome commit) before it fails with LockUnavailable
-LOCK_WAIT = 1.0
+# the error class of an attempt released because a runner session still held its run's key
+LOCK_BUSY = "runner.LockBusy"
 
 
 @dataclass(frozen=True)
@@ -842,49 +841,56 @@ class Worker:
             self._inflight += 1
             self._lane_inflight[run.lane] = self._lane_inflight.get(run.lane, 0) + 1
             if not run.locked:
-                threading.Thread(target=self._await_lock, args=(run,), daemon=True,
-                                 name=f"runner-lock-wait-{run.id}").start()
-                continue
+                outcome = self._key_held(run)
+                if outcome is not None:
+                    self._finished.put((run, outcome))
+                    continue
             with self._active_lock:
                 self._locks.add((run.id, run.fence))
             self._launch(run)
         self.metrics.inflight.set(self._inflight)
 
-    def _await_lock(self, run: ClaimedRun) -> None:
-        """The attempt started, but another session holds the run's key. For a moment that is
-        ordinary: a runner (this one or another) records an attempt's outcome, then unlocks
-        the run a round trip later, and a retry due at once may be claimed in between. So try
-        the lock again for up to LOCK_WAIT seconds before giving up on the attempt. A key held
-        longer is a session outside this runner (an application sharing
-        RUNNER_LOCK_NAMESPACE, or a squatter): a failed attempt that counts against
-        max_attempts like any other, so the run ends dead, never retried forever; the
-        takeover duty ends the squatter where it may (runner/takeover.py)."""
-        deadline = time.monotonic() + LOCK_WAIT
-        delay = 0.01
-        while not self._stop.is_set():
-            try:
-                got = ledger.try_lock_run(self._conn(), self.owner.namespace, run.id)
-            except psycopg.Error as exc:  # the lock session is gone: the attempt is lost too
-                log.debug("run %s: lock retry failed: %s", run.id, _first_line(exc))
-                break
-            if got:
-                with self._active_lock:
-                    self._locks.add((run.id, run.fence))
-                event(log, "lock_waited", logging.INFO, job=run.job_name, run_id=run.id,
-                      attempt=run.attempt, fence=run.fence,
-                      waited=round(LOCK_WAIT - (deadline - time.monotonic()), 3))
-                self._launch(run)
-                return
-            if time.monotonic() >= deadline:
-                break
-            self._stop.wait(min(delay, max(deadline - time.monotonic(), 0.0)))
-            delay = min(delay * 2, 0.2)
-        log.error("run %s: attempt %s failed: its advisory lock key is held by a session "
-                  "that is not this runner's (a squatter, or an application sharing "
-                  "RUNNER_LOCK_NAMESPACE; runner.alerts names it: lock_squatter)",
-                  run.id, run.attempt)
-        self._finished.put((run, failure(run, self.jobs[run.job_name], LockUnavailable(
-            "advisory lock key held by another session"), None)))
+    def _key_held(self, run: ClaimedRun) -> Outcome | None:
+        """The outcome of an attempt that started while another session held its run's key
+        (None: the key is free now, and this session took it: the attempt runs).
+
+        For a moment that is ordinary: a runner records an attempt's outcome, then unlocks
+        the run a round trip later, and a retry due at once may be claimed in between (by
+        another runner; this one's own claims share its session, whose lock is re-entrant).
+        When a registered runner session holds the key (runner.runner_sessions_v1), the
+        attempt is released, uncounted, and the run is pending again at once: claimed again
+        at the next poll, the key free by then. Never twice in a row (a runner session that
+        keeps the key would make a run loop for ever): the second time, and whenever the
+        holder is any other session (an application sharing RUNNER_LOCK_NAMESPACE, or a
+        squatter), the attempt fails with LockUnavailable and counts against max_attempts
+        like any other, so the run ends dead, never retried forever; the takeover duty ends
+        a squatter where it may (runner/takeover.py). Never waiting with the run running and
+        its key free: the takeover duty leaves such a run alone only for a few seconds
+        (take_over_orphans: a fresh attempt of a live runner session)."""
+        try:
+            got, by_runner, again = ledger.key_holder(self._conn(), self.owner.namespace, run.id, run.fence)
+        except psycopg.Error as exc:  # the lock session is gone: count it (the fence decides)
+            log.debug("run %s: reading its key's holder failed: %s", run.id, _first_line(exc))
+            got, by_runner, again = False, False, False
+        if got:  # the holder let go meanwhile
+            return None
+        if by_runner and not again:
+            event(log, "attempt_released", logging.INFO, job=run.job_name, slot=run.slot,
+                  partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence,
+                  reason="its key is still held by a runner session (an outcome being recorded)")
+            return Outcome(run.id, run.fence, "released", error_class=LOCK_BUSY,
+                           error_message="the run's key was held by a runner session; released "
+                                         "uncounted, to be claimed again")
+        if by_runner:
+            log.error("run %s: attempt %s failed: its advisory lock key is still held by a runner "
+                      "session, as at the previous attempt", run.id, run.attempt)
+        else:
+            log.error("run %s: attempt %s failed: its advisory lock key is held by a session "
+                      "that is not this runner's (a squatter, or an application sharing "
+                      "RUNNER_LOCK_NAMESPACE; runner.alerts names it: lock_squatter)",
+                      run.id, run.attempt)
+        return failure(run, self.jobs[run.job_name], LockUnavailable(
+            "advisory lock key held by another session"), None)
 
     def _launch(self, run: ClaimedRun) -> None:
         """Hand a started, locked attempt to its handler (a thread, or the lane's event loop)."""

@@ -85,9 +85,11 @@ def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> Non
         conn = worker._conn()
         _, (old,) = ledger.claim_slots(conn, worker.owner, [claim])
         worker._start([old])
-        ledger.unlock_runs(conn, worker.owner.namespace, [old.id])  # as if the session had died
+        ledger.unlock_runs(conn, worker.owner.namespace, [old.id])  # as if the session had died:
         with worker._active_lock:
             worker._locks.discard((old.id, old.fence))  # (what _reconnect does with its holds)
+        with psycopg.connect(db_url, autocommit=True) as admin:  # (its backend gone)
+            admin.execute("UPDATE runner.attempts SET owner_backend_pid = NULL WHERE run_id = %s", (old.id,))
         (new,), _ = ledger.take_over_orphans(conn, worker.owner, ["relocked"], 10)
         worker._start([new])
         assert new.fence == old.fence + 1
@@ -139,36 +141,74 @@ def test_a_retry_claimed_before_the_old_attempt_unlocks_leaves_no_lock(db_url: s
         worker.shutdown()
 
 
-def test_a_retry_claimed_while_another_runner_unlocks_waits_for_the_key(db_url: str) -> None:
+def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_url: str) -> None:
     """The same moment seen from another process: runner A committed a failure (retry due at
-    once) and has not unlocked yet when runner B claims the retry. B's attempt must wait the
-    moment out and run, not fail as if a squatter held the key (that burnt one of the run's
-    max_attempts for nothing)."""
+    once) and has not unlocked yet when runner B claims the retry. B's attempt must not fail
+    as if a squatter held the key (that burnt one of max_attempts=2 for nothing, and the run
+    went dead), nor wait with the run running and its key free (the takeover duty takes such
+    a run for an orphan: the hand check saw the handler run twice). B releases it, uncounted,
+    and the run's next claim runs it. A runner session that keeps the key gets that once: the
+    next attempt fails, counted."""
     ran = threading.Event()
-    worker, claim = _one_job_worker(db_url, "handed", lambda ctx: ran.set(), max_attempts=2)
+    a_worker, claim = _one_job_worker(db_url, "handed", lambda ctx: ran.set(), max_attempts=2)
+    worker, _ = _one_job_worker(db_url, "handed", lambda ctx: ran.set(), max_attempts=2)
     try:
-        conn = worker._conn()
-        with psycopg.connect(db_url, autocommit=True) as a:  # runner A's lock session
-            _, (old,) = ledger.claim_slots(a, worker.owner, [claim])
-            failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x",
-                             retry_delay=0.0)
-            assert ledger.finish_attempts(a, [failed]) == {(old.id, old.fence): True}
-            _, (new,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)  # B, before A unlocks
-            assert (new.id, new.locked) == (old.id, False)
-            worker._start([new])
-            assert not ran.is_set()  # B waits for the key
-            ledger.unlock_runs(a, worker.owner.namespace, [old.id])  # A's unlock, a moment late
-            assert ran.wait(10), "the retry never ran"
+        a, conn = a_worker._conn(), worker._conn()  # A's and B's lock sessions
+        _, (old,) = ledger.claim_slots(a, a_worker.owner, [claim])
+        failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
+        with psycopg.connect(db_url, autocommit=True) as completer:  # A's completer commits
+            assert ledger.finish_attempts(completer, [failed]) == {(old.id, old.fence): True}
+
+        def claim_retry() -> ledger.ClaimedRun:
+            eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                      (old.id,)) in ("pending", "failed"), timeout=10, message="due again")
+            _, (run,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
+            return run
+
+        new = claim_retry()  # B, before A unlocks
+        assert (new.id, new.locked) == (old.id, False)
+        worker._start([new])
+        second = claim_retry()  # A still has not unlocked: now it counts
+        assert second.locked is False
+        worker._start([second])
         eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
-                                  (old.id,)) == "succeeded", timeout=10, message="the retry recorded")
+                                  (old.id,)) == "dead", timeout=10, message="the run dead")
+        assert not ran.is_set()
         assert rows(db_url, "SELECT fence, status, error_class FROM runner.attempts WHERE run_id = %s"
-                            " ORDER BY fence", (old.id,)) == [(1, "failed", "E"), (2, "succeeded", None)]
+                            " ORDER BY fence", (old.id,)) == [
+            (1, "failed", "E"), (2, "released", "runner.LockBusy"), (3, "dead", "runner.errors.LockUnavailable")]
+
+        # the same moment once: A unlocks a round trip late, and the retry runs
+        claim2 = ledger.SlotClaim("handed", claim.slot + timedelta(hours=1), "", claim.business_date,
+                                  claim.slot, claim.slot + timedelta(hours=1), "k2")
+        _, (old2,) = ledger.claim_slots(a, a_worker.owner, [claim2])
+        failed2 = Outcome(old2.id, old2.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
+        with psycopg.connect(db_url, autocommit=True) as completer:
+            assert ledger.finish_attempts(completer, [failed2]) == {(old2.id, old2.fence): True}
+        _, (new2,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
+        assert (new2.id, new2.locked) == (old2.id, False)
+        worker._start([new2])
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (old2.id,)) == "pending", timeout=10, message="released")
+        ledger.unlock_runs(a, a_worker.owner.namespace, [old2.id])  # A's unlock
+        _, (third,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
+        assert (third.id, third.locked) == (old2.id, True)
+        worker._start([third])
+        assert ran.wait(10), "the retry never ran"
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (old2.id,)) == "succeeded", timeout=10, message="the retry recorded")
+        assert rows(db_url, "SELECT fence, status, error_class FROM runner.attempts WHERE run_id = %s"
+                            " ORDER BY fence", (old2.id,)) == [
+            (1, "failed", "E"), (2, "released", "runner.LockBusy"), (3, "succeeded", None)]
+        assert scalar(db_url, "SELECT attempt - uncounted_attempts FROM runner.job_runs WHERE id = %s",
+                      (old2.id,)) == 2  # within max_attempts=2: the release did not count
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
                                           " AND granted AND pid = %s", (conn.info.backend_pid,)) == 0,
                    timeout=10, message="B released the key")
     finally:
-        worker.stop()
-        worker.shutdown()
+        for w in (worker, a_worker):
+            w.stop()
+            w.shutdown()
 
 
 def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path) -> None:

@@ -256,9 +256,22 @@ FROM runner.finish_attempts_v1(%(outcomes)s::jsonb, %(now)s::timestamptz) AS f
 SELECT pg_advisory_unlock(runner.lock_key_v1(%(namespace)s, run_id)) AS released
 FROM unnest(%(run_ids)s::bigint[]) AS run_id
 
--- name: try_lock_run
--- An attempt whose run key was held when it started tries again (runner/loop.py _await_lock).
-SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s))
+-- name: key_holder
+-- An attempt started while another session held its run's key (runner/loop.py _key_held):
+-- whether the key is free now (then this session takes it), else whether a registered
+-- runner session holds it (an outcome being recorded, its unlock a round trip behind), and
+-- whether the previous attempt was released for that already.
+SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s)) AS got,
+       EXISTS (
+           SELECT 1 FROM pg_locks l
+           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND ((l.classid::bigint << 32) | l.objid::bigint) = runner.lock_key_v1(%(namespace)s, %(run_id)s)
+             AND l.pid IN (SELECT runner.runner_sessions_v1())) AS by_runner,
+       EXISTS (
+           SELECT 1 FROM runner.attempts a
+           WHERE a.run_id = %(run_id)s AND a.fence = %(fence)s - 1
+             AND a.status = 'released' AND a.error_class = 'runner.LockBusy') AS again
 
 -- name: heartbeat_attempt
 -- Progress of one attempt, fence-checked: no row returned means the attempt lost its run.

@@ -108,7 +108,15 @@ WITH held AS MATERIALIZED (
     FROM (SELECT r.id, r.fence, r.lane, row_number() OVER (PARTITION BY r.lane ORDER BY r.id) AS nth
           FROM running r
           WHERE NOT EXISTS (SELECT 1 FROM held h
-                            WHERE h.lock_key = runner.lock_key_v1(%(namespace)s, r.id))) AS o
+                            WHERE h.lock_key = runner.lock_key_v1(%(namespace)s, r.id))
+            -- an attempt started seconds ago on a live runner session that does not hold its
+            -- key is being decided by its owner (the key was held by another runner's
+            -- session, between an outcome's commit and its unlock: runner/loop.py
+            -- Worker._key_held): not an orphan, unless its owner never decides
+            AND NOT EXISTS (SELECT 1 FROM runner.attempts a
+                            WHERE a.run_id = r.id AND a.fence = r.fence AND a.status = 'running'
+                              AND a.started_at > coalesce(%(now)s::timestamptz, now()) - interval '5 seconds'
+                              AND a.owner_backend_pid IN (SELECT runner.runner_sessions_v1()))) AS o
     WHERE %(lanes)s::text[] IS NULL OR o.nth <= (SELECT room.n FROM room WHERE room.lane = o.lane)
     ORDER BY o.id
     LIMIT %(limit)s
