@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -679,31 +679,46 @@ def rerun(
                    f"by {request['who']}")
 
 
-def _pause_or_resume(job: str, paused: bool, reason: str, by: str | None, yes: bool, as_json: bool,
-                     database_url: str | None) -> None:
+def _toggle_job(job: str, on: bool, words: tuple[str, str, str, str], plan_fn: Callable[..., Any],
+                apply_fn: Callable[..., Any], describe: Callable[[dict[str, Any]], list[str]],
+                reason: str, by: str | None, yes: bool, as_json: bool, database_url: str | None) -> None:
+    """An audited switch of one job (pause/resume, retire/unretire): the plan, what it will
+    do (``describe``), the confirmation, one request written; nothing when already so.
+    ``words``: the verb on and off ("pause", "resume"), the state on and off ("paused",
+    "not paused")."""
+    verb = words[0] if on else words[1]
     why = _reason(reason)
     with _errors():
         _, conn = _open_ledger(database_url)
-        plan = operate.plan_pause(conn, job, paused)
+        plan = plan_fn(conn, job, on)
         done = None
         if plan.changes:
             if not as_json:
-                _say(f"job {job!r}: {plan.job['running']} run(s) running, {plan.job['queued']} "
-                           "queued (pending or waiting for a retry)")
-                _say("will pause it: no new slot, retry or rerun starts until `runner resume`; "
-                           "running attempts finish" if paused else
-                           "will resume it: new slots, and queued runs that are due, start again")
-            _confirm(f"{'Pause' if paused else 'Resume'} job {job!r}?", yes)
-            done = operate.set_paused(conn, plan, why, by)
+                for line in describe(plan.job):
+                    _say(line)
+            _confirm(f"{verb.capitalize()} job {job!r}?", yes)
+            done = apply_fn(conn, plan, why, by)
         conn.close()
     if as_json:
         _print_value({"job": plan.job, "changed": done is not None,
                       "request": done["request"] if done else None})
     elif done is None:
-        _say(f"job {job!r} is already {'paused' if paused else 'not paused'}; nothing written")
+        _say(f"job {job!r} is already {words[2] if on else words[3]}; nothing written")
     else:
-        _say(f"job {job!r} {'paused' if paused else 'resumed'}; request {done['request']['id']} "
-                   f"by {done['request']['who']}")
+        _say(f"job {job!r} {verb}d; request {done['request']['id']} by {done['request']['who']}")
+
+
+def _pause_or_resume(job: str, paused: bool, reason: str, by: str | None, yes: bool, as_json: bool,
+                     database_url: str | None) -> None:
+    def describe(state: dict[str, Any]) -> list[str]:
+        return [f"job {job!r}: {state['running']} run(s) running, {state['queued']} "
+                "queued (pending or waiting for a retry)",
+                "will pause it: no new slot, retry or rerun starts until `runner resume`; "
+                "running attempts finish" if paused else
+                "will resume it: new slots, and queued runs that are due, start again"]
+
+    _toggle_job(job, paused, ("pause", "resume", "paused", "not paused"), operate.plan_pause,
+                operate.set_paused, describe, reason, by, yes, as_json, database_url)
 
 
 @app.command()
@@ -748,35 +763,19 @@ def _retention_option(value: str) -> Any:
 
 def _retire_or_unretire(job: str, retire: bool, reason: str, by: str | None, yes: bool, as_json: bool,
                         database_url: str | None) -> None:
-    why = _reason(reason)
-    with _errors():
-        _, conn = _open_ledger(database_url)
-        plan = operate.plan_retire(conn, job, retire)
-        done = None
-        if plan.changes:
-            state = plan.job
-            if not as_json:
-                typer.echo(f"job {job!r}: {state['running']} run(s) running, {state['queued']} queued "
-                           f"(pending or waiting for a retry); in the code of {state['live_runners']} "
-                           "live runner(s)")
-                typer.echo(
-                    "will retire it: from now on its slots are not expected (gap scan, alerts, health), "
-                    "no runner starts its later slots, and a runner whose code still defines it refuses "
-                    "to start; running attempts finish; its history stays until retention prunes it"
-                    if retire else
-                    f"will unretire it: its slots are expected again from now on (the slots since "
-                    f"{state['retired_at'].isoformat()} stay not expected), and runners may define it again")
-            _confirm(f"{'Retire' if retire else 'Unretire'} job {job!r}?", yes)
-            done = operate.set_retired(conn, plan, why, by)
-        conn.close()
-    if as_json:
-        _print_value({"job": plan.job, "changed": done is not None,
-                      "request": done["request"] if done else None})
-    elif done is None:
-        typer.echo(f"job {job!r} is already {'retired' if retire else 'not retired'}; nothing written")
-    else:
-        typer.echo(f"job {job!r} {'retired' if retire else 'unretired'}; request {done['request']['id']} "
-                   f"by {done['request']['who']}")
+    def describe(state: dict[str, Any]) -> list[str]:
+        return [f"job {job!r}: {state['running']} run(s) running, {state['queued']} queued "
+                f"(pending or waiting for a retry); in the code of {state['live_runners']} "
+                "live runner(s)",
+                "will retire it: from now on its slots are not expected (gap scan, alerts, health), "
+                "no runner starts its later slots, and a runner whose code still defines it refuses "
+                "to start; running attempts finish; its history stays until retention prunes it"
+                if retire else
+                f"will unretire it: its slots are expected again from now on (the slots since "
+                f"{state['retired_at'].isoformat()} stay not expected), and runners may define it again"]
+
+    _toggle_job(job, retire, ("retire", "unretire", "retired", "not retired"), operate.plan_retire,
+                operate.set_retired, describe, reason, by, yes, as_json, database_url)
 
 
 @app.command()
