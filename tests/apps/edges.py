@@ -115,14 +115,3 @@ repartition_app = Runner()
 def repartitioned(ctx: JobContext) -> None:
     pass
 
-
-# retries due at once, on two processes: the claim of a retry races the unlock that follows
-# the failed attempt's commit (tests/test_edges.py, the lock-hold tests)
-race_app = Runner()
-
-
-@race_app.job("flip", every="1s", partitions=[f"t{i}" for i in range(40)], max_attempts=3,
-              backoff="1ms")
-def flip(ctx: JobContext) -> None:
-    if ctx.attempt == 1:
-        raise RuntimeError("the first attempt fails; its retry is due at once")
