@@ -211,6 +211,25 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_u
             w.shutdown()
 
 
+def test_the_worker_role_may_read_who_holds_a_run_key(db_url: str, db_roles: Any) -> None:
+    """Worker._key_held reads the key's holder as the runner's own login (the worker role,
+    sql/roles.sql); an error there would be taken for "not a runner session" and count the
+    attempt. As the worker login: a key held by a registered runner session is seen as such,
+    and a free key is taken."""
+    db_roles.apply(db_url)
+    login_url = db_roles.url(db_url, "worker")
+    worker, claim = _one_job_worker(login_url, "held", lambda ctx: None)  # a runner of that login
+    try:
+        _, (run,) = ledger.claim_slots(worker._conn(), worker.owner, [claim])  # held by its session
+        with psycopg.connect(login_url, autocommit=True) as login:
+            assert ledger.key_holder(login, worker.owner.namespace, run.id, run.fence + 1) == (False, True, False)
+            ledger.unlock_runs(worker._conn(), worker.owner.namespace, [run.id])
+            assert ledger.key_holder(login, worker.owner.namespace, run.id, run.fence + 1)[0] is True
+    finally:
+        worker.stop()
+        worker.shutdown()
+
+
 def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path) -> None:
     """#4: a supervisor restarts `runner start` each time the handler kills it: after
     max_attempts=3 counted attempts the run is dead, not taken over for ever."""
