@@ -94,7 +94,7 @@ class Outcome:
     attempt_status: str | None = None  # when it differs from status: timed_out, released
     error_class: str | None = None
     error_message: str | None = None
-    retry_delay: float | None = None  # seconds, for status 'failed'
+    retry_delay: float | None = None  # seconds, for status 'failed' (and 'released': due then)
     processed: int | None = None
     failed: int | None = None
 

@@ -121,6 +121,10 @@ PREPARE_AHEAD = timedelta(seconds=1)  # claims of a slot are built this long bef
 LANE_YIELD = 0.05  # seconds before a slot during which the backfill lane does not start a pass
 # the error class of an attempt released because a runner session still held its run's key
 LOCK_BUSY = "runner.LockBusy"
+# seconds before such a released run is due again (runner.finish_attempts_v1, revision
+# 0024_sessions: the run keeps its trigger): a fast poll would otherwise claim it again while
+# a loaded holder has still not unlocked, and that second release in a row counts
+LOCK_BUSY_DELAY = 1.0
 
 
 @dataclass(frozen=True)
@@ -858,8 +862,9 @@ class Worker:
         the run a round trip later, and a retry due at once may be claimed in between (by
         another runner; this one's own claims share its session, whose lock is re-entrant).
         When a registered runner session holds the key (runner.runner_sessions_v1), the
-        attempt is released, uncounted, and the run is pending again at once: claimed again
-        at the next poll, the key free by then. Never twice in a row (a runner session that
+        attempt is released, uncounted, with its trigger kept, and the run is due again
+        LOCK_BUSY_DELAY later (revision 0024_sessions; at once before): the key is free by
+        then. Never twice in a row (a runner session that
         keeps the key would make a run loop for ever): the second time, and whenever the
         holder is any other session (an application sharing RUNNER_LOCK_NAMESPACE, or a
         squatter), the attempt fails with LockUnavailable and counts against max_attempts
@@ -880,7 +885,8 @@ class Worker:
                   reason="its key is still held by a runner session (an outcome being recorded)")
             return Outcome(run.id, run.fence, "released", error_class=LOCK_BUSY,
                            error_message="the run's key was held by a runner session; released "
-                                         "uncounted, to be claimed again")
+                                         "uncounted, to be claimed again",
+                           retry_delay=LOCK_BUSY_DELAY)
         if by_runner:
             log.error("run %s: attempt %s failed: its advisory lock key is still held by a runner "
                       "session, as at the previous attempt", run.id, run.attempt)

@@ -160,14 +160,25 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_u
             assert ledger.finish_attempts(completer, [failed]) == {(old.id, old.fence): True}
 
         def claim_retry() -> ledger.ClaimedRun:
-            eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
-                                      (old.id,)) in ("pending", "failed"), timeout=10, message="due again")
-            _, (run,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
-            return run
+            def claimed() -> ledger.ClaimedRun | None:
+                _, got = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
+                return got[0] if got else None
+            return eventually(claimed, timeout=10, message="due again")
+
+        def released_as_a_retry(run_id: int) -> None:
+            """The LockBusy release keeps the run's trigger and is due a second after it
+            (revision 0024_sessions; before: trigger recovery, due at once)."""
+            got = rows(db_url, "SELECT r.trigger, r.next_attempt_at - a.finished_at FROM runner.job_runs r"
+                               " JOIN runner.attempts a ON a.run_id = r.id AND a.fence = r.fence"
+                               " WHERE r.id = %s AND r.status = 'pending'", (run_id,))
+            assert got == [("retry", timedelta(seconds=1))], got
 
         new = claim_retry()  # B, before A unlocks
         assert (new.id, new.locked) == (old.id, False)
         worker._start([new])
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
+                                  (old.id,)) == "pending", timeout=10, message="released")
+        released_as_a_retry(old.id)
         second = claim_retry()  # A still has not unlocked: now it counts
         assert second.locked is False
         worker._start([second])
@@ -190,8 +201,9 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_u
         worker._start([new2])
         eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
                                   (old2.id,)) == "pending", timeout=10, message="released")
+        released_as_a_retry(old2.id)
         ledger.unlock_runs(a, a_worker.owner.namespace, [old2.id])  # A's unlock
-        _, (third,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
+        third = claim_retry()
         assert (third.id, third.locked) == (old2.id, True)
         worker._start([third])
         assert ran.wait(10), "the retry never ran"

@@ -26,7 +26,8 @@ UPGRADE = [
     "functions/create_backfill_v1.sql",
     "functions/backfill_actions_v1.sql",
     # sessions holding runner lock keys that are not registered runners (runner/takeover.py)
-    "revisions/0007_security.squatters.sql", "functions/runner_sessions_v1.sql",
+    "revisions/0007_security.squatters.sql",
+    "revisions/0007_security.runner_sessions.sql",  # runner_sessions_v1 as shipped (0024 replaces it)
     "revisions/0007_security.alerts.sql",
     # the pause condition, run as the condition role (runner/conditions.py)
     "functions/pause_condition_v1.sql",

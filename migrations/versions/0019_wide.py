@@ -15,7 +15,7 @@ down_revision = "0018_recovery"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["functions/finish_attempts_v1.sql"]
+UPGRADE = ["revisions/0019_wide.finish_attempts.sql"]  # as shipped (0024 replaces it)
 # the function as 0007_security shipped it comes back
 DOWNGRADE = ["revisions/0007_security.finish_attempts.sql"]
 

@@ -18,7 +18,8 @@ down_revision = "0022_probes"
 branch_labels = None
 depends_on = None
 
-UPGRADE = ["functions/interval_setting_v1.sql", "views/alerts.sql"]
+# runner.alerts as this revision ships it: a frozen copy (0024_sessions changed the live file)
+UPGRADE = ["functions/interval_setting_v1.sql", "revisions/0023_settings.alerts.sql"]
 # runner.alerts as 0016_health shipped it (frozen copy), then the function goes
 DOWNGRADE = ["revisions/0016_health.alerts.sql", "revisions/0023_settings.down.sql"]
 

@@ -4,9 +4,15 @@
 -- A run changes only if it is still running under the attempt's fence; an attempt whose
 -- fence is stale is closed as 'stale' and its outcome is refused. Returns, per input row,
 -- whether it landed. Run outcomes: succeeded, failed (a retry at now + retry_delay), dead,
--- and released (the owner gave the run back at shutdown: pending again at once, trigger
--- recovery, and the attempt does not count against max_attempts). The attempt's own status
--- defaults to the run outcome (timed_out and released are attempt statuses).
+-- and released (the owner gave the run back: pending again, and the attempt does not count
+-- against max_attempts). The attempt's own status defaults to the run outcome (timed_out and
+-- released are attempt statuses).
+-- A release (revision 0024_sessions) is due again after its retry delay (none: at once) and
+-- makes the run's trigger recovery, except a release with error class runner.LockBusy (the
+-- run's key was still held by another registered runner session for a moment, runner/loop.py
+-- _key_held): that run keeps its trigger (a retry stays a retry, a catch-up run keeps its
+-- one-at-a-time order), and the loop sends a delay of a second, so that a fast poll does not
+-- claim it again while the key is still held (a second LockBusy in a row counts).
 -- "Landed" is decided per (run id, fence), never per run id: one batch may hold a stale
 -- outcome of an old attempt beside the current attempt's outcome of the same run, and only
 -- the current one may land; each marks only its own attempt row.
@@ -62,12 +68,13 @@ BEGIN
     ), runs AS (
         UPDATE runner.job_runs r
         SET status = CASE i.status WHEN 'released' THEN 'pending' ELSE i.status END,
-            trigger = CASE i.status WHEN 'released' THEN 'recovery' ELSE r.trigger END,
+            trigger = CASE WHEN i.status = 'released' AND i.error_class IS DISTINCT FROM 'runner.LockBusy'
+                           THEN 'recovery' ELSE r.trigger END,
             uncounted_attempts = r.uncounted_attempts + CASE i.status WHEN 'released' THEN 1 ELSE 0 END,
             finished_at = CASE WHEN i.status IN ('failed', 'released') THEN NULL ELSE c.now END,
             next_attempt_at = CASE i.status
                                   WHEN 'failed' THEN c.now + make_interval(secs => i.retry_delay)
-                                  WHEN 'released' THEN c.now END,
+                                  WHEN 'released' THEN c.now + make_interval(secs => coalesce(i.retry_delay, 0)) END,
             last_error = CASE WHEN i.status IN ('succeeded', 'released') THEN r.last_error
                               ELSE i.error_class || ': ' || i.error_message END,
             processed_count = coalesce(i.processed, r.processed_count),

@@ -7,8 +7,9 @@
 -- runner.instance_retention = '30 days'), and returns how many went.
 --
 -- Never one that may be live: a row goes only when its heartbeat is that old AND it is not an
--- unstopped instance whose lock session is still connected (runner.runner_sessions_v1's rule:
--- a hung runner keeps its row, so its session is not taken for a squatter) AND no attempt it
+-- unstopped instance whose lock session is still connected (runner.runner_sessions_v1, since
+-- revision 0024_sessions; its rule written out before: a hung runner keeps its row, so its
+-- session is not taken for a squatter) AND no attempt it
 -- owns is still running (takeover closes those first). A live runner heartbeats every few
 -- seconds, so its row is never that old.
 --
@@ -43,9 +44,7 @@ BEGIN
         SELECT i.instance_id, i.jobs, i.heartbeat_at
         FROM runner.instances i
         WHERE i.heartbeat_at < now() - keep
-          AND NOT (i.stopped_at IS NULL
-                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
-                               WHERE a.pid = i.backend_pid AND a.backend_start <= i.heartbeat_at))
+          AND NOT coalesce(i.backend_pid IN (SELECT runner.runner_sessions_v1()), false)
           AND NOT EXISTS (SELECT 1 FROM runner.attempts t
                           WHERE t.owner_instance = i.instance_id AND t.status = 'running')
         ORDER BY i.heartbeat_at

@@ -31,10 +31,10 @@
 --              key of a runner lock namespace (any role that can connect can take any key):
 --              the run it holds cannot be recovered, a run due to take the key fails
 --              (runner.LockUnavailable, counted against max_attempts). Registered: the
---              backend_pid of an instance of runner.instances not stopped, a session already
---              there at that instance's last heartbeat (the rule of
---              runner.runner_sessions_v1, written out here: this view is older). Runners end
---              such sessions where their role may (pg_signal_backend); the detail names it
+--              rule of runner.runner_sessions_v1 (since revision 0024_sessions; written out
+--              here before, and it took every runner session of a role the viewer is not a
+--              member of for a squatter). Runners end such sessions where their role may
+--              (pg_signal_backend); the detail names it
 --   job_not_in_code   a job (not retired) that no live runner defines in its code (the jobs
 --              each runner records in runner.instances.jobs at start) and that none has
 --              defined for longer than the threshold: the setting runner.job_not_in_code_after
@@ -319,10 +319,7 @@ FROM (
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND (l.classid::bigint >> 16) IN (SELECT i.lock_namespace FROM runner.instances i)
-      AND l.pid NOT IN (SELECT i.backend_pid
-                        FROM runner.instances i
-                        JOIN pg_stat_activity s ON s.pid = i.backend_pid
-                        WHERE i.stopped_at IS NULL AND s.backend_start <= i.heartbeat_at)
+      AND l.pid NOT IN (SELECT runner.runner_sessions_v1())
 ) sq
 GROUP BY sq.pid
 
