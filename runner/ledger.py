@@ -318,13 +318,13 @@ def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence
 
 
 def key_holder(conn: psycopg.Connection[Any], namespace: int, run_id: int,
-               fence: int) -> tuple[bool, bool, bool]:
+               fence: int) -> tuple[bool, bool, int]:
     """An attempt started while another session held its run's key: whether this session
     took the key now (its holder let go), else whether a registered runner session holds it,
-    and whether the run's previous attempt was released for that already (runner/loop.py
-    ``Worker._key_held``)."""
+    and how many of the run's attempts just before this one were released for that already,
+    in a row (runner/loop.py ``Worker._key_held``)."""
     row = conn.execute(Q["key_holder"], {"namespace": namespace, "run_id": run_id, "fence": fence}).fetchone()
-    return (bool(row[0]), bool(row[1]), bool(row[2])) if row else (False, False, False)
+    return (bool(row[0]), bool(row[1]), int(row[2])) if row else (False, False, 0)
 
 
 def heartbeat_attempt(

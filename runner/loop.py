@@ -122,9 +122,11 @@ LANE_YIELD = 0.05  # seconds before a slot during which the backfill lane does n
 # the error class of an attempt released because a runner session still held its run's key
 LOCK_BUSY = "runner.LockBusy"
 # seconds before such a released run is due again (runner.finish_attempts_v1, revision
-# 0024_sessions: the run keeps its trigger): a fast poll would otherwise claim it again while
-# a loaded holder has still not unlocked, and that second release in a row counts
+# 0024_sessions: the run keeps its trigger), doubled at each release in a row: a fast poll
+# would otherwise claim it again while a loaded holder has still not unlocked; and how many
+# releases in a row a run gets before the next such attempt counts (1 + 2 + 4 + 8 s)
 LOCK_BUSY_DELAY = 1.0
+LOCK_BUSY_RELEASES = 4
 
 
 @dataclass(frozen=True)
@@ -863,33 +865,37 @@ class Worker:
         another runner; this one's own claims share its session, whose lock is re-entrant).
         When a registered runner session holds the key (runner.runner_sessions_v1), the
         attempt is released, uncounted, with its trigger kept, and the run is due again
-        LOCK_BUSY_DELAY later (revision 0024_sessions; at once before): the key is free by
-        then. Never twice in a row (a runner session that
-        keeps the key would make a run loop for ever): the second time, and whenever the
-        holder is any other session (an application sharing RUNNER_LOCK_NAMESPACE, or a
-        squatter), the attempt fails with LockUnavailable and counts against max_attempts
-        like any other, so the run ends dead, never retried forever; the takeover duty ends
-        a squatter where it may (runner/takeover.py). Never waiting with the run running and
-        its key free: the takeover duty leaves such a run alone only for a few seconds
-        (take_over_orphans: a fresh attempt of a live runner session)."""
+        LOCK_BUSY_DELAY later, twice that after a second release in a row, and so on
+        (revision 0024_sessions; before, due at once, and a second release in a row counted:
+        under load a holder had not always unlocked by the next poll). At most
+        LOCK_BUSY_RELEASES in a row (a runner session that keeps the key would make a run
+        loop for ever): after those, and whenever the holder is any other session (an
+        application sharing RUNNER_LOCK_NAMESPACE, or a squatter), the attempt fails with
+        LockUnavailable and counts against max_attempts like any other, so the run ends
+        dead, never retried forever; the takeover duty ends a squatter where it may
+        (runner/takeover.py). Never waiting with the run running and its key free: the
+        takeover duty leaves such a run alone only for a few seconds (take_over_orphans: a
+        fresh attempt of a live runner session)."""
         try:
-            got, by_runner, again = ledger.key_holder(self._conn(), self.owner.namespace, run.id, run.fence)
+            got, by_runner, streak = ledger.key_holder(self._conn(), self.owner.namespace, run.id, run.fence)
         except psycopg.Error as exc:  # the lock session is gone: count it (the fence decides)
             log.debug("run %s: reading its key's holder failed: %s", run.id, _first_line(exc))
-            got, by_runner, again = False, False, False
+            got, by_runner, streak = False, False, 0
         if got:  # the holder let go meanwhile
             return None
-        if by_runner and not again:
+        if by_runner and streak < LOCK_BUSY_RELEASES:
+            delay = LOCK_BUSY_DELAY * 2 ** streak
             event(log, "attempt_released", logging.INFO, job=run.job_name, slot=run.slot,
                   partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence,
-                  reason="its key is still held by a runner session (an outcome being recorded)")
+                  reason="its key is still held by a runner session (an outcome being recorded)",
+                  due_in=f"{delay:g}s")
             return Outcome(run.id, run.fence, "released", error_class=LOCK_BUSY,
                            error_message="the run's key was held by a runner session; released "
                                          "uncounted, to be claimed again",
-                           retry_delay=LOCK_BUSY_DELAY)
+                           retry_delay=delay)
         if by_runner:
             log.error("run %s: attempt %s failed: its advisory lock key is still held by a runner "
-                      "session, as at the previous attempt", run.id, run.attempt)
+                      "session, as at the %d attempts before it", run.id, run.attempt, streak)
         else:
             log.error("run %s: attempt %s failed: its advisory lock key is held by a session "
                       "that is not this runner's (a squatter, or an application sharing "

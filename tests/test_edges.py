@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
-from runner import JobContext, Runner, ledger
+from runner import JobContext, Runner, ledger, loop
 from runner.ledger import Outcome
 from runner.loop import LoopConfig, Worker
 from tests.apps.edges import FAN_KEYS
@@ -141,7 +142,8 @@ def test_a_retry_claimed_before_the_old_attempt_unlocks_leaves_no_lock(db_url: s
         worker.shutdown()
 
 
-def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_url: str) -> None:
+def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same moment seen from another process: runner A committed a failure (retry due at
     once) and has not unlocked yet when runner B claims the retry. B's attempt must not fail
     as if a squatter held the key (that burnt one of max_attempts=2 for nothing, and the run
@@ -165,29 +167,37 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_u
                 return got[0] if got else None
             return eventually(claimed, timeout=10, message="due again")
 
-        def released_as_a_retry(run_id: int) -> None:
-            """The LockBusy release keeps the run's trigger and is due a second after it
+        def released_as_a_retry(run: ledger.ClaimedRun, seconds: float) -> None:
+            """The LockBusy release keeps the run's trigger and is due ``seconds`` after it
             (revision 0024_sessions; before: trigger recovery, due at once)."""
+            eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s AND fence = %s",
+                                      (run.id, run.fence)) == "pending", timeout=10, message="released")
             got = rows(db_url, "SELECT r.trigger, r.next_attempt_at - a.finished_at FROM runner.job_runs r"
                                " JOIN runner.attempts a ON a.run_id = r.id AND a.fence = r.fence"
-                               " WHERE r.id = %s AND r.status = 'pending'", (run_id,))
-            assert got == [("retry", timedelta(seconds=1))], got
+                               " WHERE r.id = %s AND r.status = 'pending'", (run.id,))
+            assert got == [("retry", timedelta(seconds=seconds))], got
 
         new = claim_retry()  # B, before A unlocks
         assert (new.id, new.locked) == (old.id, False)
         worker._start([new])
-        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
-                                  (old.id,)) == "pending", timeout=10, message="released")
-        released_as_a_retry(old.id)
-        second = claim_retry()  # A still has not unlocked: now it counts
-        assert second.locked is False
-        worker._start([second])
+        released_as_a_retry(new, 1.0)
+        # A still has not unlocked: released again, each time twice as late (shortened here)
+        monkeypatch.setattr(loop, "LOCK_BUSY_DELAY", 0.05)
+        for streak in range(1, loop.LOCK_BUSY_RELEASES):
+            again = claim_retry()
+            assert again.locked is False
+            worker._start([again])
+            released_as_a_retry(again, 0.05 * 2 ** streak)
+        last = claim_retry()  # and after LOCK_BUSY_RELEASES in a row, the attempt counts
+        assert last.locked is False
+        worker._start([last])
         eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
                                   (old.id,)) == "dead", timeout=10, message="the run dead")
         assert not ran.is_set()
         assert rows(db_url, "SELECT fence, status, error_class FROM runner.attempts WHERE run_id = %s"
                             " ORDER BY fence", (old.id,)) == [
-            (1, "failed", "E"), (2, "released", "runner.LockBusy"), (3, "dead", "runner.errors.LockUnavailable")]
+            (1, "failed", "E"), *[(f, "released", "runner.LockBusy") for f in range(2, 2 + loop.LOCK_BUSY_RELEASES)],
+            (2 + loop.LOCK_BUSY_RELEASES, "dead", "runner.errors.LockUnavailable")]
 
         # the same moment once: A unlocks a round trip late, and the retry runs
         claim2 = ledger.SlotClaim("handed", claim.slot + timedelta(hours=1), "", claim.business_date,
@@ -199,9 +209,7 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(db_u
         _, (new2,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
         assert (new2.id, new2.locked) == (old2.id, False)
         worker._start([new2])
-        eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
-                                  (old2.id,)) == "pending", timeout=10, message="released")
-        released_as_a_retry(old2.id)
+        released_as_a_retry(new2, 0.05)
         ledger.unlock_runs(a, a_worker.owner.namespace, [old2.id])  # A's unlock
         third = claim_retry()
         assert (third.id, third.locked) == (old2.id, True)

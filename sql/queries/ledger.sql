@@ -260,7 +260,7 @@ FROM unnest(%(run_ids)s::bigint[]) AS run_id
 -- An attempt started while another session held its run's key (runner/loop.py _key_held):
 -- whether the key is free now (then this session takes it), else whether a registered
 -- runner session holds it (an outcome being recorded, its unlock a round trip behind), and
--- whether the previous attempt was released for that already.
+-- how many attempts in a row, just before this one, were released for that already.
 SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s)) AS got,
        EXISTS (
            SELECT 1 FROM pg_locks l
@@ -268,10 +268,14 @@ SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s)) AS go
              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
              AND ((l.classid::bigint << 32) | l.objid::bigint) = runner.lock_key_v1(%(namespace)s, %(run_id)s)
              AND l.pid IN (SELECT runner.runner_sessions_v1())) AS by_runner,
-       EXISTS (
-           SELECT 1 FROM runner.attempts a
-           WHERE a.run_id = %(run_id)s AND a.fence = %(fence)s - 1
-             AND a.status = 'released' AND a.error_class = 'runner.LockBusy') AS again
+       (SELECT count(*) FROM runner.attempts a
+        WHERE a.run_id = %(run_id)s AND a.fence < %(fence)s
+          AND a.status = 'released' AND a.error_class = 'runner.LockBusy'
+          AND a.fence > coalesce((SELECT max(b.fence) FROM runner.attempts b
+                                  WHERE b.run_id = %(run_id)s AND b.fence < %(fence)s
+                                    AND NOT (b.status = 'released'
+                                             AND b.error_class IS NOT DISTINCT FROM 'runner.LockBusy')),
+                                 0)) AS busy_streak
 
 -- name: heartbeat_attempt
 -- Progress of one attempt, fence-checked: no row returned means the attempt lost its run.
