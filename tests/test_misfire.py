@@ -3,6 +3,7 @@ the ledger; never claimed as if on time, never dropped silently."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,31 @@ def test_replayed_slots_run_oldest_first_one_at_a_time(conn: Any, db_url: str) -
     _, none = ledger.claim_due_runs(conn, owner, ["late"], 10)
     assert none == []  # the next waits while one runs
     ledger.finish_attempts(conn, [ledger.Outcome(first[0].id, first[0].fence, "succeeded")])
+    _, second = ledger.claim_due_runs(conn, owner, ["late"], 10)
+    assert [r.slot for r in second] == [T0 + 8 * MIN]
+
+
+def test_a_replayed_slot_retried_released_or_recovered_still_holds_the_next_back(conn: Any) -> None:
+    """The order holds across a replayed run's later attempts: its retry (trigger retry), a
+    release at shutdown (trigger recovery) and a LockBusy release each keep the next late
+    slot waiting until the run is done. Before, the order was read from the run's current
+    trigger, so the next slot started beside a retried or recovered one."""
+    decide(conn, job_app(misfire="replay", max_catch_up=3), NOW)
+    owner = Owner(__import__("uuid").uuid4(), "h", 1, 21077)
+    _, (run,) = ledger.claim_due_runs(conn, owner, ["late"], 10)
+    assert run.slot == T0 + 7 * MIN
+    outcomes = [ledger.Outcome(run.id, 0, "failed", error_class="E", error_message="x", retry_delay=0.0),
+                ledger.Outcome(run.id, 0, "released", attempt_status="released"),
+                ledger.Outcome(run.id, 0, "released", error_class="runner.LockBusy", error_message="x",
+                               retry_delay=0.0)]
+    for outcome in outcomes:
+        assert ledger.finish_attempts(conn, [replace(outcome, fence=run.fence)]) == {(run.id, run.fence): True}
+        _, again = ledger.claim_due_runs(conn, owner, ["late"], 10)
+        assert [(r.id, r.slot) for r in again] == [(run.id, T0 + 7 * MIN)], (outcome.status, again)
+        run = again[0]
+        _, none = ledger.claim_due_runs(conn, owner, ["late"], 10)
+        assert none == [], (outcome.status, run.trigger, none)  # the next still waits
+    ledger.finish_attempts(conn, [ledger.Outcome(run.id, run.fence, "succeeded")])
     _, second = ledger.claim_due_runs(conn, owner, ["late"], 10)
     assert [r.slot for r in second] == [T0 + 8 * MIN]
 

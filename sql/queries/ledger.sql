@@ -208,11 +208,15 @@ WITH budget AS MATERIALIZED (
                   SELECT 1 FROM runner.backfills p WHERE p.replay_group_id = r.replay_group_id
                     AND p.status IN ('planned', 'running', 'paused')))
           -- late slots replayed (trigger catch_up) run oldest first, one at a time per job and
-          -- partition
+          -- partition. A replayed run's later attempts change its trigger (retry, recovery
+          -- after a takeover or a release at shutdown) but not its lane (correction, where
+          -- every replay is written): those still hold the next slot back until done
           AND (r.trigger <> 'catch_up' OR NOT EXISTS (
                   SELECT 1 FROM runner.job_runs x
                   WHERE x.job_name = r.job_name AND x.partition_key = r.partition_key
-                    AND x.trigger = 'catch_up' AND x.id <> r.id
+                    AND (x.trigger = 'catch_up'
+                         OR (x.trigger IN ('retry', 'recovery') AND x.lane = 'correction'))
+                    AND x.id <> r.id
                     AND (x.status = 'running'
                          OR (x.status IN ('pending', 'failed') AND x.schedule_slot < r.schedule_slot))))
         ORDER BY r.next_attempt_at, r.schedule_slot, r.id
