@@ -327,6 +327,12 @@ def key_holder(conn: psycopg.Connection[Any], namespace: int, run_id: int,
     return (bool(row[0]), bool(row[1]), int(row[2])) if row else (False, False, 0)
 
 
+def run_is_current(conn: psycopg.Connection[Any], run_id: int, fence: int) -> bool:
+    """Whether the run is still running at ``fence`` (read after taking its key)."""
+    row = conn.execute(Q["run_is_current"], {"run_id": run_id, "fence": fence}).fetchone()
+    return bool(row and row[0])
+
+
 def heartbeat_attempt(
     conn: psycopg.Connection[Any], run_id: int, fence: int, processed: int | None,
     failed: int | None, now: datetime | None = None,

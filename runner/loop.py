@@ -882,7 +882,7 @@ class Worker:
             log.debug("run %s: reading its key's holder failed: %s", run.id, _first_line(exc))
             got, by_runner, streak = False, False, 0
         if got:  # the holder let go meanwhile
-            return None
+            return self._still_current(run)
         if by_runner and streak < LOCK_BUSY_RELEASES:
             delay = LOCK_BUSY_DELAY * 2 ** streak
             event(log, "attempt_released", logging.INFO, job=run.job_name, slot=run.slot,
@@ -903,6 +903,30 @@ class Worker:
                       run.id, run.attempt)
         return failure(run, self.jobs[run.job_name], LockUnavailable(
             "advisory lock key held by another session"), None)
+
+    def _still_current(self, run: ClaimedRun) -> Outcome | None:
+        """Having just taken the key of an attempt that started without it: None when the
+        run is still running at the attempt's fence (the attempt runs, holding the key); else
+        the key goes back and the attempt is closed without running its handler. Between
+        its start and now the process may have hung for longer than the takeover's few
+        seconds of patience (take_over_orphans): the run was then taken over, maybe even
+        finished, and running the handler would do its work again (the outcome refused
+        after the fact). The fence decides: the outcome returned is refused (the attempt
+        is marked stale)."""
+        try:
+            current = ledger.run_is_current(self._conn(), run.id, run.fence)
+        except psycopg.Error as exc:  # the lock session is gone, the key with it
+            log.debug("run %s: reading its fence failed: %s", run.id, _first_line(exc))
+            current = False
+        if current:
+            return None
+        with contextlib.suppress(psycopg.Error):
+            ledger.unlock_runs(self._conn(), self.owner.namespace, [run.id])
+        event(log, "attempt_lost", logging.WARNING, job=run.job_name, slot=run.slot,
+              partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence,
+              reason="taken over before this attempt took its key; its handler is not run")
+        return Outcome(run.id, run.fence, "failed", error_class="runner.OwnerLost",
+                       error_message="taken over before the attempt took its key")
 
     def _launch(self, run: ClaimedRun) -> None:
         """Hand a started, locked attempt to its handler (a thread, or the lane's event loop)."""

@@ -231,6 +231,51 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(
             w.shutdown()
 
 
+def test_an_attempt_taken_over_before_it_took_its_key_never_runs(db_url: str) -> None:
+    """Runner B claims a retry while runner A still holds the run's key, then B stops (a
+    hang) before it looks at the key again. A unlocks; five seconds on, the takeover duty
+    takes the run for an orphan (its attempt running, its key free: the exception for a fresh
+    attempt of a live runner session is over), and A's recovery succeeds and unlocks. When B
+    wakes up the key is free: it must not run the handler of an attempt that lost its run
+    (before, it took the key and ran it: the work done twice, the outcome then refused)."""
+    ran = threading.Event()
+    a_worker, claim = _one_job_worker(db_url, "woken", lambda ctx: ran.set())
+    worker, _ = _one_job_worker(db_url, "woken", lambda ctx: ran.set())
+    try:
+        a, conn = a_worker._conn(), worker._conn()
+        _, (old,) = ledger.claim_slots(a, a_worker.owner, [claim])
+        failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
+        with psycopg.connect(db_url, autocommit=True) as completer:
+            assert ledger.finish_attempts(completer, [failed]) == {(old.id, old.fence): True}
+        _, (late,) = ledger.claim_due_runs(conn, worker.owner, ["woken"], 5)  # B, A still locked
+        assert (late.id, late.locked) == (old.id, False)
+        # B hangs here; A unlocks, and the takeover finds the attempt 5 s old, its key free
+        ledger.unlock_runs(a, a_worker.owner.namespace, [old.id])
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute("UPDATE runner.attempts SET started_at = started_at - interval '10 seconds',"
+                          " heartbeat_at = heartbeat_at - interval '10 seconds'"
+                          " WHERE run_id = %s AND fence = %s", (late.id, late.fence))
+        (taken,), _ = ledger.take_over_orphans(a, a_worker.owner, ["woken"], 10)
+        assert (taken.id, taken.fence, taken.trigger) == (late.id, late.fence + 1, "recovery")
+        with psycopg.connect(db_url, autocommit=True) as completer:
+            done = ledger.finish_attempts(completer, [Outcome(taken.id, taken.fence, "succeeded")])
+            assert done == {(taken.id, taken.fence): True}
+        ledger.unlock_runs(a, a_worker.owner.namespace, [taken.id])
+
+        worker._start([late])  # B wakes up: the key is free now
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.attempts WHERE run_id = %s AND fence = %s",
+                                  (late.id, late.fence)) == "stale", timeout=10, message="B's attempt closed stale")
+        assert not ran.is_set(), "the handler of an attempt that lost its run ran"
+        assert scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s", (late.id,)) == "succeeded"
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                                          " AND granted AND pid = %s", (conn.info.backend_pid,)) == 0,
+                   timeout=10, message="B let the key go")
+    finally:
+        for w in (worker, a_worker):
+            w.stop()
+            w.shutdown()
+
+
 def test_the_worker_role_may_read_who_holds_a_run_key(db_url: str, db_roles: Any) -> None:
     """Worker._key_held reads the key's holder as the runner's own login (the worker role,
     sql/roles.sql); an error there would be taken for "not a runner session" and count the

@@ -281,6 +281,13 @@ SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s)) AS go
                                              AND b.error_class IS NOT DISTINCT FROM 'runner.LockBusy')),
                                  0)) AS busy_streak
 
+-- name: run_is_current
+-- After an attempt that started without its key took it (runner/loop.py _key_held): whether
+-- the run is still running at the attempt's fence. Its own statement, after the lock: a
+-- takeover that finished before the key was free is then visible.
+SELECT EXISTS (SELECT 1 FROM runner.job_runs
+               WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running') AS current
+
 -- name: heartbeat_attempt
 -- Progress of one attempt, fence-checked: no row returned means the attempt lost its run.
 WITH run AS (
