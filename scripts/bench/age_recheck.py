@@ -1,7 +1,7 @@
 """The gap scan and pruning on ledgers kept by ledger_age.py, alternating, with buffer counts.
 
     BENCH_KEEP_DB=1 python scripts/bench/ledger_age.py --rows 1000000 10000000 30000000
-    python scripts/bench/age_recheck.py [--clean]
+    python scripts/bench/age_recheck.py [--clean] [--dsn DSN] [--log FILE]
 
 --clean first removes the bench's own live jobs (lag-*, fanout: they go on accruing
 never-started slots after the measurement), vacuums and advances the watermarks. Then three
@@ -9,8 +9,13 @@ rounds over bench_ledger_age_{1000000,10000000,30000000}: count(*) of runner.mis
 three times (the fastest kept) and runner.prune_v1(5000) four times; buffer counts (hit,
 read) of one scan and one pass from the server log through auto_explain (the server's log
 file must be readable: /var/log/postgresql here). Prints JSON. Changes the ledgers (prunes).
+
+--dsn names the server of the ledgers (as ledger_age.py's --dsn; its database is replaced by
+each ledger's; default the one on 5432), --log that server's log file (default the newest
+/var/log/postgresql/*.log, the only one when a single cluster runs).
 """
 
+import argparse
 import json
 import os
 import re
@@ -21,16 +26,23 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 DBS = ["bench_ledger_age_1000000", "bench_ledger_age_10000000", "bench_ledger_age_30000000"]
-LOG = subprocess.run("ls -t /var/log/postgresql/*.log | head -1", shell=True, capture_output=True,
-                     text=True, check=False).stdout.strip()
+DSN = DEFAULT_DSN
+LOG = ""  # set by main(): --log, else the newest server log
 SCAN = "SELECT count(*) FROM runner.missing_slots"
 PASS = "SELECT count(*) FROM runner.prune_v1(5000)"
 
 
 def url(db: str) -> str:
-    return f"postgresql://postgres@127.0.0.1:5432/{db}"
+    return make_conninfo(DSN, dbname=db)
+
+
+def newest_log() -> str:
+    return subprocess.run("ls -t /var/log/postgresql/*.log | head -1", shell=True, capture_output=True,
+                          text=True, check=False).stdout.strip()
 
 
 def clean() -> None:
@@ -62,7 +74,14 @@ def buffers(conn: psycopg.Connection[Any], statement: str) -> tuple[int, int] | 
 
 
 def main() -> None:
-    if "--clean" in sys.argv:
+    global DSN, LOG
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clean", action="store_true", help="remove the bench's live jobs, vacuum, advance first")
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="a DSN of the ledgers' server (its database is replaced)")
+    parser.add_argument("--log", help="that server's log file (default: the newest /var/log/postgresql/*.log)")
+    args = parser.parse_args()
+    DSN, LOG = args.dsn, args.log or newest_log()
+    if args.clean:
         clean()
     out: dict[str, dict[str, Any]] = {d: {"gap_ms": [], "prune_rps": []} for d in DBS}
     conns = {d: psycopg.connect(url(d), autocommit=True) for d in DBS}
