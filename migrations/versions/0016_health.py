@@ -19,7 +19,7 @@ depends_on = None
 
 # runner.alerts as this revision ships it: a frozen copy of sql/views/alerts.sql (0023_settings
 # changed the live file)
-UPGRADE = ["revisions/0016_health.sql", "views/missing_slots.sql", "views/job_health.sql",
+UPGRADE = ["revisions/0016_health.sql", "revisions/0016_health.missing_slots.sql", "views/job_health.sql",
            "revisions/0016_health.prune_instances.sql", "revisions/0016_health.alerts.sql"]
 # runner.alerts as 0012_tiers shipped it, then the column and functions go, then
 # runner.job_health as 0010_web shipped it and the gap scan as 0014_webperf did (frozen copies)
