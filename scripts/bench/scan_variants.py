@@ -1,0 +1,101 @@
+"""Two versions of the gap scan's function on the same ledgers, interleaved.
+
+    python scripts/bench/scan_variants.py OLD.sql NEW.sql [--rounds 5] [--dbs DB ...]
+
+Each file is a definition of runner.missing_slots_v1 (e.g. a frozen copy under
+sql/revisions/ and the live sql/views/missing_slots.sql). On each ledger (by default the three
+kept by `BENCH_KEEP_DB=1 scripts/bench/ledger_age.py`, or seeded with its --seed-only), each
+round applies each file in turn and times `SELECT count(*) FROM runner.missing_slots` (the
+fastest of 3), then counts the buffers of one scan (auto_explain's nested plan in the server
+log: --log, default the newest /var/log/postgresql/*.log). The ledgers are only read; the file
+applied last is the second (NEW). Prints JSON: per ledger and file the rows listed, the median
+time, the buffers (hit, read), and NEW/OLD and each ledger against the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+SCAN = "SELECT count(*) FROM runner.missing_slots"
+DEFAULT_DBS = ["bench_ledger_age_1000000", "bench_ledger_age_10000000", "bench_ledger_age_30000000"]
+
+
+def newest_log() -> str:
+    return subprocess.run("ls -t /var/log/postgresql/*.log | head -1", shell=True, capture_output=True,
+                          text=True, check=False).stdout.strip()
+
+
+def scan_buffers(conn: psycopg.Connection[Any], log: str) -> tuple[int, int] | None:
+    """(shared hit, read) of one scan's largest node, from auto_explain in the server log."""
+    size = os.path.getsize(log)
+    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                    "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
+                    "SET auto_explain.log_buffers = on"):
+        conn.execute(setting)  # type: ignore[arg-type]
+    conn.execute(SCAN).fetchall()
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    deadline = time.monotonic() + 5
+    found: list[tuple[int, int]] = []
+    while not found and time.monotonic() < deadline:  # the server writes its log
+        with open(log) as f:
+            f.seek(size)
+            text = f.read()
+        found = [(int(h), int(r or 0)) for h, r in re.findall(r"\n\s*Buffers: shared hit=(\d+)(?: read=(\d+))?", text)]
+    return max(found, key=lambda t: t[0] + t[1]) if found else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs=2, metavar="FILE", help="OLD and NEW definitions of runner.missing_slots_v1")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dbs", nargs="+", default=DEFAULT_DBS)
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args()
+    log = args.log or newest_log()
+    sources = {Path(f).name: Path(f).read_text() for f in args.files}
+    names = list(sources)
+    conns = {d: psycopg.connect(make_conninfo(args.dsn, dbname=d), autocommit=True) for d in args.dbs}
+    out: dict[str, dict[str, dict[str, Any]]] = {d: {n: {"ms": []} for n in names} for d in args.dbs}
+    for c in conns.values():
+        c.execute("SET jit = off")
+    for _ in range(args.rounds):
+        for d, c in conns.items():
+            for n in names:
+                c.execute(sources[n])  # type: ignore[arg-type]
+                c.execute(SCAN).fetchone()  # (warm: the first scan after a replace plans it)
+                times = []
+                for _ in range(3):
+                    t = time.perf_counter()
+                    c.execute(SCAN).fetchone()
+                    times.append(time.perf_counter() - t)
+                out[d][n]["ms"].append(round(min(times) * 1000, 1))
+    for d, c in conns.items():
+        for n in names:
+            c.execute(sources[n])  # type: ignore[arg-type]
+            out[d][n]["listed"] = c.execute(SCAN).fetchone()[0]  # type: ignore[index]
+            out[d][n]["buffers"] = scan_buffers(c, log)
+            out[d][n]["median_ms"] = statistics.median(out[d][n]["ms"])
+    first = args.dbs[0]
+    summary = {d: {"new_over_old": round(out[d][names[1]]["median_ms"] / out[d][names[0]]["median_ms"], 3),
+                   **{f"{n}_over_{first}": round(out[d][n]["median_ms"] / out[first][n]["median_ms"], 3)
+                      for n in names}}
+               for d in args.dbs}
+    print(json.dumps({"load": os.getloadavg(), "files": names, "results": out, "summary": summary}, indent=1))
+    print(json.dumps(summary), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
