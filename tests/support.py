@@ -240,12 +240,19 @@ class RunnerProcess:
                                          stderr=subprocess.STDOUT, cwd=ROOT)
 
     def terminate(self, timeout: float = 30) -> int:
-        """SIGTERM and wait; the exit code (a process already gone keeps its own code)."""
+        """SIGTERM and wait; the exit code (a process already gone keeps its own code). A
+        process still there after ``timeout`` is killed and the wait's TimeoutExpired raised,
+        its log closed either way (an open log would fail a later test as a ResourceWarning)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        self._close_log()
-        return code
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise
+        finally:
+            self._close_log()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
