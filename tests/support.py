@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +25,17 @@ import psycopg
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def one_late_slot(now: datetime | None = None) -> dict[str, Any]:
+    """Schedule options (``cron``, ``track_from``) for a job whose one slot fell 30 minutes
+    before ``now`` (default: the wall clock) and whose next is 23.5 hours away: the slot is
+    late at start for any grace under 30 minutes (misfire: trigger catch_up), and no slot falls
+    due during a test. A job every="1h" tracked from an hour ago has neither property: its
+    latest slot is on time within the grace after the top of an hour (trigger schedule), and a
+    test crossing the top of an hour sees one more run."""
+    slot = ((now or datetime.now(UTC)).astimezone(UTC) - timedelta(minutes=30)).replace(second=0, microsecond=0)
+    return {"cron": f"{slot.minute} {slot.hour} * * *", "track_from": slot - timedelta(minutes=1)}
 
 
 def eventually(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,

@@ -7,7 +7,6 @@ import asyncio
 import itertools
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.support import (
     RunnerProcess,
     assert_ledger_clean,
     eventually,
+    one_late_slot,
     rows,
     running_worker,
     scalar,
@@ -115,7 +115,7 @@ def test_a_stale_async_handler_cannot_commit(db_url: str) -> None:
     app = Runner()
     raised: list[BaseException] = []
 
-    @app.job("async-fenced", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1),
+    @app.job("async-fenced", **one_late_slot(),
              partitions=["commit", "heartbeat"])
     async def handler(ctx: AsyncJobContext) -> None:
         await ctx.db.execute("INSERT INTO sink VALUES (%s, %s)", (ctx.slot, ctx.attempt))
@@ -151,7 +151,7 @@ def test_timeout_cancels_the_task_and_the_attempt_ends_timed_out(db_url: str) ->
     app = Runner()
     cancelled: list[int] = []
 
-    @app.job("async-slow", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1),
+    @app.job("async-slow", **one_late_slot(),
              timeout="0.5s", max_attempts=2, backoff=FAST, partitions=["sleep", "statement"])
     async def handler(ctx: AsyncJobContext) -> None:
         await ctx.db.execute("INSERT INTO sink VALUES (%s)", (ctx.attempt,))
@@ -237,7 +237,7 @@ def test_hundreds_of_async_handlers_run_at_once_on_a_few_threads_and_connections
     state = {"running": 0, "peak": 0, "threads": 0}
     threads_before = threading.active_count()
 
-    @app.job("sleepers", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1),
+    @app.job("sleepers", **one_late_slot(),
              partitions=[f"p{i}" for i in range(n)], misfire="replay")
     async def sleeper(ctx: AsyncJobContext) -> None:
         state["running"] += 1  # one event loop: no lock needed
@@ -338,7 +338,7 @@ def test_in_process_async_context_manager_keeps_the_event_loop_free(db_url: str)
     app, ran = _in_app(db_url)
     slow_started = threading.Event()
 
-    @app.job("in-app-slow", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    @app.job("in-app-slow", **one_late_slot())
     async def slow(ctx: AsyncJobContext) -> None:
         slow_started.set()
         await asyncio.sleep(1.5)  # still running when the application stops: the grace waits
@@ -370,7 +370,7 @@ def test_in_process_stop_hands_running_runs_over(db_url: str) -> None:
     app = Runner()
     started = threading.Event()
 
-    @app.job("in-app-slow", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    @app.job("in-app-slow", **one_late_slot())
     async def slow(ctx: AsyncJobContext) -> None:
         started.set()
         await asyncio.sleep(60)

@@ -297,21 +297,24 @@ def test_the_worker_role_may_read_who_holds_a_run_key(db_url: str, db_roles: Any
 
 def test_a_handler_that_kills_its_process_ends_dead(db_url: str, tmp_path: Path) -> None:
     """#4: a supervisor restarts `runner start` each time the handler kills it: after
-    max_attempts=3 counted attempts the run is dead, not taken over for ever."""
+    max_attempts=3 counted attempts the run is dead, not taken over for ever. The job's one
+    slot (daily, 30 minutes ago, the same in each process) is late at start, and no other
+    falls due while the test runs."""
+    slot = (datetime.now(UTC) - timedelta(minutes=30)).replace(second=0, microsecond=0)
     for i in range(6):
         if scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'"):
             break
         proc = RunnerProcess(f"{EDGES}:crash_app", db_url, "--poll-interval", "0.1",
-                             log=tmp_path / f"r{i}.log")
+                             env={"EDGES_CRASH_SLOT": slot.isoformat()}, log=tmp_path / f"r{i}.log")
         try:
             eventually(lambda: proc.proc.poll() is not None  # noqa: B023
                        or scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'dead'"),
                        timeout=60, message="the handler ended its process, or the run is dead")
         finally:
             proc.kill()
-    got = rows(db_url, "SELECT id, status, attempt, last_error LIKE 'runner.OwnerLost%%' FROM runner.job_runs"
-                       " WHERE status <> 'coalesced'")
-    assert len(got) == 1 and got[0][1:] == ("dead", 3, True), got
+    got = rows(db_url, "SELECT id, status, attempt, last_error LIKE 'runner.OwnerLost%%', schedule_slot"
+                       " FROM runner.job_runs WHERE status <> 'coalesced'")
+    assert len(got) == 1 and got[0][1:] == ("dead", 3, True, slot), got
     assert rows(db_url, "SELECT fence, status FROM runner.attempts WHERE run_id = %s ORDER BY fence",
                 (got[0][0],)) == [(1, "abandoned"), (2, "abandoned"), (3, "abandoned")]
     assert_ledger_clean(db_url)

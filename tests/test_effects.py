@@ -23,15 +23,16 @@ from runner.effects import Q, lookup
 from runner.errors import AttemptTimedOut, UnresolvedEffect
 from runner.ledger import Owner, SlotClaim
 from runner.schedule import idempotency_key
-from tests.support import eventually, rows, scalar
+from tests.support import eventually, one_late_slot, rows, scalar
 from tests.test_worker import FAST, running
 
 EFFECT_COLUMNS = "status, send_count, attempt, fence, confirmed_by, result, error"
 
 
 def daily() -> dict[str, Any]:
-    """One slot (today's, UTC midnight) in the job's tracked range: one run per partition."""
-    return {"every": "1d", "track_from": datetime.now(UTC) - timedelta(days=1)}
+    """One slot (30 minutes ago, daily: tests/support.py one_late_slot) in the job's tracked
+    range, none due during the test: one run per partition."""
+    return one_late_slot()
 
 
 def effect_row(url: str, key: str) -> Any:

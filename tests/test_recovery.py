@@ -99,7 +99,8 @@ def test_bulk_async_runs_never_take_a_realtime_async_runs_place(db_url: str, tmp
 def test_takeover_stays_in_the_lanes_served_and_within_their_room(db_url: str, tmp_path: Path) -> None:
     """A bulk process dies (kill -9) holding two bulk runs. A realtime-only process keeps
     running and never takes them; a process serving bulk with one bulk slot takes one, and
-    the second only once the first is done."""
+    the second only once the first is done. Only the plan's runs (lane bulk) are counted: a
+    test that crosses the top of an hour also sees hist's on-time slot, run in realtime."""
     make_release_table(db_url)
     plan_id = backfill(db_url, SYNC_APP, 2, 2)
     live = RunnerProcess(SYNC_APP, db_url, "--lanes", "realtime", "--poll-interval", "0.05",
@@ -108,13 +109,14 @@ def test_takeover_stays_in_the_lanes_served_and_within_their_room(db_url: str, t
                          log=tmp_path / "bulk.log")
     other: RunnerProcess | None = None
     hist_attempts = ("SELECT a.owner_pid, a.trigger, a.status FROM runner.attempts a"
-                     " JOIN runner.job_runs r ON r.id = a.run_id WHERE r.job_name = 'hist' ORDER BY a.id")
+                     " JOIN runner.job_runs r ON r.id = a.run_id WHERE r.job_name = 'hist' AND r.lane = 'bulk'"
+                     " ORDER BY a.id")
     try:
-        eventually(lambda: count_runs(db_url, "job_name = 'hist' AND status = 'running'") == 2, timeout=20,
-                   message="the bulk process holds both runs")
+        eventually(lambda: count_runs(db_url, "job_name = 'hist' AND lane = 'bulk' AND status = 'running'") == 2,
+                   timeout=20, message="the bulk process holds both runs")
         sessions = [r[0] for r in rows(db_url, "SELECT DISTINCT a.owner_backend_pid FROM runner.attempts a"
                                                " JOIN runner.job_runs r ON r.id = a.run_id"
-                                               " WHERE r.job_name = 'hist'")]
+                                               " WHERE r.job_name = 'hist' AND r.lane = 'bulk'")]
         bulk.kill()
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
                                   (sessions,)) == 0, timeout=10, message="the dead process's lock session gone")
@@ -124,7 +126,7 @@ def test_takeover_stays_in_the_lanes_served_and_within_their_room(db_url: str, t
                                       (gone,)) >= 3, timeout=15, message="live slots ran after the kill")
         assert [(pid, trigger) for pid, trigger, _ in rows(db_url, hist_attempts)] == [
             (bulk.proc.pid, "backfill"), (bulk.proc.pid, "backfill")]
-        assert count_runs(db_url, "job_name = 'hist' AND status = 'running' AND attempt = 1") == 2
+        assert count_runs(db_url, "job_name = 'hist' AND lane = 'bulk' AND status = 'running' AND attempt = 1") == 2
         # a process that serves bulk, with one bulk slot: takes one orphan
         other = RunnerProcess(SYNC_APP, db_url, "--lanes", "bulk,realtime", "--workers", "4",
                               "--lane-slots", "bulk=1", "--poll-interval", "0.05", log=tmp_path / "other.log")

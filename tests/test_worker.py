@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 
 from runner import JobContext, LostOwnership, Permanent, Runner
 from runner.schedule import idempotency_key
-from tests.support import assert_ledger_clean, eventually, rows, running_worker, scalar
+from tests.support import assert_ledger_clean, eventually, one_late_slot, rows, running_worker, scalar
 
 FAST = {"base": "10ms", "jitter": 0}
 
@@ -140,7 +140,7 @@ def test_lost_ownership_rolls_back_and_the_run_is_recovered(db_url: str) -> None
     app = Runner()
     raised: list[BaseException] = []
 
-    @app.job("fenced", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    @app.job("fenced", **one_late_slot())
     def handler(ctx: JobContext) -> None:
         ctx.db.execute("INSERT INTO sink VALUES (%s, %s)", (ctx.slot, ctx.attempt))
         if ctx.attempt == 1:
@@ -284,7 +284,7 @@ def test_two_attempts_of_one_run_in_one_process_each_end_as_their_own(db_url: st
     release = {1: threading.Event(), 3: threading.Event()}
     entered: dict[int, int] = {}
 
-    @app.job("twice", every="1h", track_from=datetime.now(UTC) - timedelta(hours=1))
+    @app.job("twice", **one_late_slot())
     def handler(ctx: JobContext) -> None:
         entered[ctx.attempt] = ctx.fence
         release[ctx.attempt].wait(60)

@@ -20,10 +20,15 @@ def wide(ctx: JobContext) -> None:
 
 # -- a handler that kills its process ---------------------------------------------------------
 crash_app = Runner()
+# its one slot, daily: EDGES_CRASH_SLOT (set by the test, the same in each process it starts),
+# else 30 minutes before import; late at start, and the next one is 24 h later (an hourly job
+# would see another slot fall due when the test crosses the top of an hour)
+CRASH_SLOT = datetime.fromisoformat(os.environ.get("EDGES_CRASH_SLOT")
+                                    or (datetime.now(UTC) - timedelta(minutes=30)).isoformat())
 
 
-@crash_app.job("crasher", every="1h", max_attempts=3,
-               track_from=datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(minutes=1))
+@crash_app.job("crasher", cron=f"{CRASH_SLOT.minute} {CRASH_SLOT.hour} * * *", max_attempts=3,
+               track_from=CRASH_SLOT - timedelta(minutes=1))
 def crasher(ctx: JobContext) -> None:
     os._exit(3)
 
