@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -26,29 +27,23 @@ def fault_db(db_url: str) -> str:
     return db_url
 
 
+# the fault app's daily jobs' one slot (tests/apps/faults.py): the same in every process of
+# every test here, late at start, the next one a day away
+SLOT = (datetime.now(UTC) - timedelta(minutes=30)).replace(second=0, microsecond=0)
+
+
 def start(url: str, tmp: Path, name: str, *extra: str) -> RunnerProcess:
-    """A runner of the fault app. Its shutdown grace is 5 s unless given: a test that crosses
-    the top of an hour sees the hourly jobs' next slot, whose "slow" attempt blocks until the
-    test lets it go, and the default 30 s of grace would outlast the test's wait for the exit."""
+    """A runner of the fault app. Its shutdown grace is 5 s unless given (a "slow" attempt
+    blocks until the test lets it go; the default 30 s would outlast the wait for its exit)."""
     grace = () if "--grace" in extra else ("--grace", "5")
     return RunnerProcess("tests/apps/faults.py:app", url, "--poll-interval", "0.2", *grace, *extra,
-                         log=tmp / f"{name}.log")
+                         env={"FAULTS_SLOT": SLOT.isoformat()}, log=tmp / f"{name}.log")
 
 
 def slow_run(url: str) -> tuple[int, int]:
     got = rows(url, "SELECT r.id, m.pid FROM runner.job_runs r JOIN marks m ON m.run_id = r.id"
                     " WHERE r.job_name = 'slow' AND m.what = 'started' AND m.attempt = 1")
     return got[0] if got else None  # type: ignore[return-value]
-
-
-def first_trigger(url: str, run_id: int) -> str:
-    """The trigger of the run's first attempt: catch_up (the hourly slot is late at start,
-    tests/apps/faults.py), or schedule when the test starts within the job's 60-s grace after
-    the top of an hour (the slot is then on time). Either is right; the tests are about what
-    follows."""
-    trigger = scalar(url, "SELECT trigger FROM runner.attempts WHERE run_id = %s AND attempt = 1", (run_id,))
-    assert trigger in ("catch_up", "schedule"), trigger
-    return str(trigger)
 
 
 def instances(url: str) -> int:
@@ -76,7 +71,7 @@ def test_kill_9_owner_is_taken_over_at_once(fault_db: str, tmp_path: Path) -> No
             assert b.terminate() == 0, b.output()
     assert rows(fault_db, "SELECT attempt, status, trigger, error_class FROM runner.attempts"
                           " WHERE run_id = %s ORDER BY attempt", (run_id,)) == [
-        (1, "abandoned", first_trigger(fault_db, run_id), "runner.OwnerLost"), (2, "succeeded", "recovery", None)]
+        (1, "abandoned", "catch_up", "runner.OwnerLost"), (2, "succeeded", "recovery", None)]
     assert rows(fault_db, "SELECT attempt FROM sink WHERE run_id = %s", (run_id,)) == [(2,)]
     # the recovery is the run's second counted attempt (max_attempts=2): a crash loop ends
     # dead rather than forever (tests/test_edges.py)
@@ -152,7 +147,7 @@ def test_shutdown_hands_running_runs_over(fault_db: str, tmp_path: Path) -> None
             assert b.terminate() == 0, b.output()
     got = rows(fault_db, "SELECT attempt, status, trigger FROM runner.attempts WHERE run_id = %s"
                          " ORDER BY attempt", (run_id,))
-    assert got == [(1, "released", first_trigger(fault_db, run_id)), (2, "succeeded", "recovery")]
+    assert got == [(1, "released", "catch_up"), (2, "succeeded", "recovery")]
     # the released attempt did not count against max_attempts
     assert rows(fault_db, "SELECT uncounted_attempts, attempt FROM runner.job_runs WHERE id = %s",
                 (run_id,)) == [(1, 2)]
