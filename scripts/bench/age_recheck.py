@@ -18,14 +18,13 @@ each ledger's; default the one on 5432), --log that server's log file (default t
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
 import psycopg
+from benchlib import auto_explain_buffers, newest_server_log
 from psycopg.conninfo import make_conninfo
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -40,11 +39,6 @@ def url(db: str) -> str:
     return make_conninfo(DSN, dbname=db)
 
 
-def newest_log() -> str:
-    return subprocess.run("ls -t /var/log/postgresql/*.log | head -1", shell=True, capture_output=True,
-                          text=True, check=False).stdout.strip()
-
-
 def clean() -> None:
     for db in DBS:
         with psycopg.connect(url(db), autocommit=True) as c:
@@ -57,20 +51,7 @@ def clean() -> None:
 
 
 def buffers(conn: psycopg.Connection[Any], statement: str) -> tuple[int, int] | None:
-    """(shared hit, read) of the statement's top node, from auto_explain in the server log."""
-    size = os.path.getsize(LOG)
-    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
-                    "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
-                    "SET auto_explain.log_buffers = on"):
-        conn.execute(setting)  # type: ignore[arg-type]
-    conn.execute(statement).fetchall()  # type: ignore[arg-type]
-    conn.execute("SET auto_explain.log_min_duration = -1")
-    time.sleep(0.5)  # the log is written by the server
-    with open(LOG) as f:
-        f.seek(size)
-        text = f.read()
-    tops = [(int(h), int(r or 0)) for h, r in re.findall(r"\n\s*Buffers: shared hit=(\d+)(?: read=(\d+))?", text)]
-    return max(tops, key=lambda t: t[0] + t[1]) if tops else None
+    return auto_explain_buffers(conn, statement, LOG)
 
 
 def main() -> None:
@@ -80,7 +61,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="a DSN of the ledgers' server (its database is replaced)")
     parser.add_argument("--log", help="that server's log file (default: the newest /var/log/postgresql/*.log)")
     args = parser.parse_args()
-    DSN, LOG = args.dsn, args.log or newest_log()
+    DSN, LOG = args.dsn, args.log or newest_server_log()
     if args.clean:
         clean()
     out: dict[str, dict[str, Any]] = {d: {"gap_ms": [], "prune_rps": []} for d in DBS}

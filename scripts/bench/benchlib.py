@@ -366,3 +366,32 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+def newest_server_log() -> str:
+    """The newest PostgreSQL server log of this machine (Debian's /var/log/postgresql)."""
+    return subprocess.run("ls -t /var/log/postgresql/*.log | head -1", shell=True, capture_output=True,
+                          text=True, check=False).stdout.strip()
+
+
+def auto_explain_buffers(conn: psycopg.Connection[Any], statement: str, log: str) -> tuple[int, int] | None:
+    """(shared hit, read) of the largest node of one run of ``statement``, nested statements
+    included (a function's own plan), from auto_explain in the server log ``log`` (readable by
+    this process), read once the statement's own plan is there (at most 5 s)."""
+    import re
+
+    size = os.path.getsize(log)
+    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                    "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
+                    "SET auto_explain.log_buffers = on"):
+        conn.execute(setting)  # type: ignore[arg-type]
+    conn.execute(statement).fetchall()  # type: ignore[arg-type]
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    deadline = time.monotonic() + 5
+    text = ""
+    while f"Query Text: {statement}" not in text and time.monotonic() < deadline:  # (its log)
+        with open(log) as f:
+            f.seek(size)
+            text = f.read()
+    found = [(int(h), int(r or 0)) for h, r in re.findall(r"\n\s*Buffers: shared hit=(\d+)(?: read=(\d+))?", text)]
+    return max(found, key=lambda t: t[0] + t[1]) if found else None

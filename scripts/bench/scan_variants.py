@@ -17,43 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from benchlib import auto_explain_buffers, newest_server_log
 from psycopg.conninfo import make_conninfo
 
 SCAN = "SELECT count(*) FROM runner.missing_slots"
 DEFAULT_DBS = ["bench_ledger_age_1000000", "bench_ledger_age_10000000", "bench_ledger_age_30000000"]
-
-
-def newest_log() -> str:
-    return subprocess.run("ls -t /var/log/postgresql/*.log | head -1", shell=True, capture_output=True,
-                          text=True, check=False).stdout.strip()
-
-
-def scan_buffers(conn: psycopg.Connection[Any], log: str) -> tuple[int, int] | None:
-    """(shared hit, read) of one scan's largest node, from auto_explain in the server log."""
-    size = os.path.getsize(log)
-    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
-                    "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
-                    "SET auto_explain.log_buffers = on"):
-        conn.execute(setting)  # type: ignore[arg-type]
-    conn.execute(SCAN).fetchall()
-    conn.execute("SET auto_explain.log_min_duration = -1")
-    deadline = time.monotonic() + 5
-    found: list[tuple[int, int]] = []
-    while not found and time.monotonic() < deadline:  # the server writes its log
-        with open(log) as f:
-            f.seek(size)
-            text = f.read()
-        found = [(int(h), int(r or 0)) for h, r in re.findall(r"\n\s*Buffers: shared hit=(\d+)(?: read=(\d+))?", text)]
-    return max(found, key=lambda t: t[0] + t[1]) if found else None
 
 
 def main() -> None:
@@ -64,7 +39,7 @@ def main() -> None:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--log", default=None)
     args = parser.parse_args()
-    log = args.log or newest_log()
+    log = args.log or newest_server_log()
     sources = {Path(f).name: Path(f).read_text() for f in args.files}
     names = list(sources)
     conns = {d: psycopg.connect(make_conninfo(args.dsn, dbname=d), autocommit=True) for d in args.dbs}
@@ -86,7 +61,7 @@ def main() -> None:
         for n in names:
             c.execute(sources[n])  # type: ignore[arg-type]
             out[d][n]["listed"] = c.execute(SCAN).fetchone()[0]  # type: ignore[index]
-            out[d][n]["buffers"] = scan_buffers(c, log)
+            out[d][n]["buffers"] = auto_explain_buffers(c, SCAN, log)
             out[d][n]["median_ms"] = statistics.median(out[d][n]["ms"])
     first = args.dbs[0]
     summary = {d: {"new_over_old": round(out[d][names[1]]["median_ms"] / out[d][names[0]]["median_ms"], 3),
