@@ -11,6 +11,12 @@ lock timeout (RUNNER_MIGRATE_LOCK_TIMEOUT seconds, 5 unless set) for a lock, and
 that hits it is rolled back whole and tried again, RUNNER_MIGRATE_ATTEMPTS times in all (3),
 then fails with one line, nothing applied. Offline mode (`runner db sql`, `alembic upgrade
 head --sql`) prints the SQL for a DBA to review.
+
+After the schema steps, when the ledger is at the head, the same transaction applies the live
+SQL objects that changed (runner/sqlfiles.py: sql/objects.txt, recorded in runner.sql_objects);
+offline, every live object is printed. A ledger migrated by the history before the baseline is
+stamped first: at 0025_scan it is the baseline exactly (runner/migrate.py, STAMPED); at an
+older revision it is refused with one line.
 """
 
 from __future__ import annotations
@@ -23,8 +29,15 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from runner.migrate import MigrationLocked, migrate_attempts, migrate_lock_keys, migrate_lock_timeout
+from runner.migrate import (
+    MigrationLocked,
+    migrate_attempts,
+    migrate_lock_keys,
+    migrate_lock_timeout,
+    stamp_target,
+)
 from runner.settings import ConfigError, lock_namespace, sqlalchemy_url
+from runner.sqlfiles import object_checksum, objects_to_apply, queries, read_sql
 
 SCHEMA = "runner"
 VERSION_TABLE = "alembic_version"
@@ -44,6 +57,35 @@ def _url() -> str:
     return sqlalchemy_url(url)
 
 
+def _at_head(revisions: tuple[str, ...]) -> bool:
+    return set(revisions) == set(context.script.get_heads())
+
+
+def _apply_objects(current: dict[str, str]) -> None:
+    """Apply the live objects that differ from ``current`` (file -> checksum) and record them."""
+    record = queries("objects")["record_object"]
+    for name in objects_to_apply(current):
+        context.execute(read_sql(name))
+        context.execute(text(record).bindparams(name=name, checksum=object_checksum(name)))
+
+
+def _stamp(connection: object) -> None:
+    """A ledger of the history before the baseline: at 0025_scan, stamped onto the baseline
+    (the same tables); older, refused with one line (nothing applied)."""
+    from sqlalchemy.engine import Connection
+
+    assert isinstance(connection, Connection)
+    try:
+        exists = connection.execute(text("SELECT to_regclass('runner.alembic_version') IS NOT NULL")).scalar()
+        version = connection.execute(text(queries("objects")["version"])).scalar() if exists else None
+        target = stamp_target(version) if version is not None else None
+        if target is not None:
+            connection.execute(text(queries("objects")["stamp"]), {"baseline": target, "stamped": version})
+        connection.commit()
+    finally:
+        connection.rollback()  # (nothing open after the commit) alembic begins its own transaction
+
+
 def run_offline() -> None:
     context.configure(
         url=_url() if not config.get_main_option("offline_dialect_only") else "postgresql://",
@@ -55,6 +97,10 @@ def run_offline() -> None:
     with context.begin_transaction():
         context.get_context().impl.static_output(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA};\n")
         context.run_migrations()
+        destination = context.get_revision_argument()
+        target = context.script.get_revisions(destination) if destination else ()
+        if _at_head(tuple(rev.revision for rev in target if rev is not None)):
+            _apply_objects({})
 
 
 def _lock_timed_out(exc: OperationalError) -> bool:
@@ -86,6 +132,7 @@ def run_online() -> None:
                     # the version table lives in the runner schema, which must exist first
                     connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
                     connection.commit()
+                    _stamp(connection)
                     context.configure(
                         connection=connection,
                         version_table=VERSION_TABLE,
@@ -96,6 +143,10 @@ def run_online() -> None:
                     # rolls all of them back
                     with context.begin_transaction():
                         context.run_migrations()
+                        if _at_head(context.get_context().get_current_heads()):
+                            current = queries("objects")["current_objects"]
+                            _apply_objects({name: checksum for name, checksum
+                                            in connection.execute(text(current)).all()})
                     return
                 except OperationalError as exc:
                     if not _lock_timed_out(exc):

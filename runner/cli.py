@@ -257,11 +257,17 @@ def db_current(database_url: DbOpt = None, as_json: JsonOpt = False) -> None:
         current = migrate.current_revision(conn)
         conn.close()
         head = migrate.head_revision()
+        # the live SQL objects of this code not yet applied (sql/objects.txt): at the head only
+        stale = migrate.unapplied_objects_of(choice.url) if current == head else []
         if as_json:
-            typer.echo(json.dumps({"current": current, "head": head, "up_to_date": current == head}))
+            typer.echo(json.dumps({"current": current, "head": head, "unapplied_objects": stale,
+                                   "up_to_date": current == head and not stale}))
         else:
             _say(f"current: {current or '(none: run `runner db upgrade`)'}")
             _say(f"head:    {head}")
+            if stale:
+                _say(f"objects: {len(stale)} of this runner's SQL objects not applied yet "
+                     f"({', '.join(stale[:3])}): run `runner db upgrade`")
 
 
 @db_app.command("sql")

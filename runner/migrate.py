@@ -21,7 +21,20 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0025_scan"
+HEAD = "0002_objects"
+
+# The history before the baseline (revisions 0001_foundation .. 0025_scan, rewritten once
+# before the first release into migrations/versions/0001_baseline.py and the live objects of
+# sql/objects.txt). A ledger at the last of them has exactly the baseline's tables and is
+# stamped onto it by migrations/env.py; one at an older revision must first be upgraded to
+# 0025_scan by the runner of that history (git history before the baseline).
+STAMPED = {"0025_scan": "0001_baseline"}
+BEFORE_BASELINE = (
+    "0001_foundation", "0002_faults", "0003_time", "0004_operators", "0005_shares", "0006_edges",
+    "0007_security", "0008_audit", "0009_retention", "0010_web", "0011_lanes", "0012_tiers",
+    "0013_verify", "0014_webperf", "0015_scale", "0016_health", "0018_recovery", "0019_wide",
+    "0020_bounded", "0021_prune", "0022_probes", "0023_settings", "0024_sessions",
+)
 
 # `runner db upgrade` / `downgrade` (and `alembic upgrade`, through migrations/env.py) holds
 # the session-level advisory lock (MIGRATE_LOCK_NAMESPACE, MIGRATE_LOCK_KEY) while it migrates,
@@ -52,6 +65,19 @@ DEFAULT_MIGRATE_ATTEMPTS = 3
 
 class MigrationLocked(ConfigError):
     """A migration could not take its locks within the lock timeout, on every attempt."""
+
+
+def stamp_target(version: str) -> str | None:
+    """The revision a ledger of the history before the baseline is stamped onto (None: it is
+    of this history, or unknown); ConfigError for one too old to stamp."""
+    if version in STAMPED:
+        return STAMPED[version]
+    if version in BEFORE_BASELINE:
+        raise ConfigError(
+            f"the runner schema is at revision {version}, from before the baseline revision of this "
+            f"runner's migrations: upgrade it to {next(iter(STAMPED))} with a runner of that history first "
+            "(nothing was applied)")
+    return None
 
 
 def migrate_lock_keys(namespace: int) -> list[tuple[int, int]]:
@@ -174,8 +200,9 @@ def check_schema(conn: psycopg.Connection[Any], url: str) -> None:
             f"the database {redact(url)} has no runner schema: run `runner db upgrade` first"
         )
     if rev == head:
+        check_objects(conn)
         return
-    if rev in known_revisions():
+    if rev in known_revisions() or rev in STAMPED or rev in BEFORE_BASELINE:
         raise ConfigError(
             f"the runner schema is at revision {rev}, older than this runner's {head}: "
             "run `runner db upgrade`"
@@ -184,6 +211,19 @@ def check_schema(conn: psycopg.Connection[Any], url: str) -> None:
         f"the runner schema is at revision {rev}, which this runner does not know (its head "
         f"is {head}): the database was migrated by a newer runner; upgrade this one"
     )
+
+
+def check_objects(conn: psycopg.Connection[Any]) -> None:
+    """Raise ConfigError when a live SQL object of this runner was never applied to the ledger
+    (its file changed since the last `runner db upgrade`). Objects newer than this runner's are
+    fine: they keep the signatures an older runner calls (the _vN rule)."""
+    from runner.sqlfiles import queries, unapplied_objects
+
+    missing = unapplied_objects(conn.execute(queries("objects")["applied_objects"]).fetchall())
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ConfigError(f"the runner schema's SQL objects are older than this runner's ({shown}): "
+                          "run `runner db upgrade`")
 
 
 def describe_schema(conn: psycopg.Connection[Any]) -> str:
@@ -240,3 +280,11 @@ def privilege_warning(conn: psycopg.Connection[Any], command: str = "runner star
         return None
     return (f"connected as {login}, {what}; run `{command}` as a login in the {role} role "
             "(sql/roles.sql) and the migrations as the owner")
+
+
+def unapplied_objects_of(url: str) -> list[str]:
+    """This runner's live object files never applied to the ledger at ``url`` (tests, `runner db current`)."""
+    from runner.sqlfiles import queries, unapplied_objects
+
+    with psycopg.connect(url) as conn:
+        return unapplied_objects(conn.execute(queries("objects")["applied_objects"]).fetchall())

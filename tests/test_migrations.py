@@ -3,13 +3,18 @@ downgrade, offline SQL for a DBA, and a snapshot that guards against drift."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import psycopg
+import pytest
 
-from runner import migrate
+from runner import migrate, sqlfiles
 from tests.support import ROOT, rows, run_cli, scalar
 
 
@@ -80,6 +85,9 @@ def test_cli_db_sql_needs_no_database() -> None:
     assert "CREATE SCHEMA IF NOT EXISTS runner;" in out.stdout
     assert "CREATE TABLE runner.job_runs" in out.stdout
     assert "CREATE TABLE runner.alembic_version" in out.stdout
+    # the live objects follow the schema steps, with their checksums
+    assert out.stdout.index("CREATE TABLE runner.sql_objects") < out.stdout.index("CREATE OR REPLACE VIEW runner.alerts")
+    assert "INSERT INTO runner.sql_objects (name, checksum) VALUES ('views/alerts.sql'" in out.stdout
     assert "no database configured" not in out.stderr
 
 
@@ -105,24 +113,152 @@ RELOPTIONS = ("SELECT c.relname, c.reloptions FROM pg_class c WHERE c.oid IN"
 
 
 def test_hot_tables_vacuum_by_churn_not_by_size(db_url: str) -> None:
-    """Revision 0015_scale: fixed autovacuum thresholds on the two hot tables, so the vacuum
-    cadence follows the churn, not the ledger's size; its downgrade gives the server's back."""
+    """Fixed autovacuum thresholds on the two hot tables (the baseline's storage parameters),
+    so the vacuum cadence follows the churn, not the ledger's size."""
     got = rows(db_url, RELOPTIONS)
     assert [name for name, _ in got] == ["attempts", "job_runs"]
     for _name, options in got:
         assert set(options or []) == HOT_TABLE_SETTINGS
-    migrate.downgrade(db_url, "0010_web")
-    assert rows(db_url, RELOPTIONS) == [("attempts", None), ("job_runs", None)]
-    migrate.upgrade(db_url)
-    assert all(set(options or []) == HOT_TABLE_SETTINGS for _, options in rows(db_url, RELOPTIONS))
 
 
-def test_replay_plans_are_tagged_correction_from_0018_and_catch_up_before(db_url: str) -> None:
-    """Revision 0018_recovery: runner.record_replay_plan_v1 tags a replay's plan with its lane,
-    correction; its downgrade restores the function 0007_security shipped (tag catch_up)."""
-    body = "SELECT prosrc FROM pg_proc WHERE proname = 'record_replay_plan_v1'"
-    assert "'correction', 1" in rows(db_url, body)[0][0]
-    migrate.downgrade(db_url, "0016_health")
-    assert "'catch_up', 1" in rows(db_url, body)[0][0]
+# -- schema steps that never change, live objects in one file each ---------------------------
+
+VERSIONS = ROOT / "migrations" / "versions"
+
+
+def _steps() -> list[Path]:
+    return sorted(p for p in VERSIONS.glob("[0-9]*.py"))
+
+
+def test_merged_schema_steps_never_change() -> None:
+    """Every schema step (migrations/versions/NNNN_*.py and its sql/schema/NNNN_* files) is
+    listed in migrations/shipped.txt with the checksum it landed with: an edit of a merged
+    migration fails here, and so does a new one not yet listed."""
+    listed = {}
+    for line in (ROOT / "migrations" / "shipped.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            digest, path = line.split()
+            listed[path] = digest
+    files = [str(p.relative_to(ROOT)) for p in _steps()]
+    files += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "sql" / "schema").glob("[0-9]*.sql"))]
+    for path in files:
+        actual = hashlib.sha256((ROOT / path).read_bytes()).hexdigest()
+        assert path in listed, f"{path} is not in migrations/shipped.txt: add `{actual}  {path}` when it lands"
+        assert listed[path] == actual, f"{path} changed after it was merged: add a new migration instead"
+    assert sorted(listed) == sorted(files), "migrations/shipped.txt lists a file that is gone"
+
+
+def test_file_order_is_apply_order_without_gaps() -> None:
+    from alembic.script import ScriptDirectory
+
+    steps = _steps()
+    numbers = [int(p.name[:4]) for p in steps]
+    assert numbers == list(range(1, len(steps) + 1)), numbers
+    script = ScriptDirectory.from_config(migrate.alembic_config(None))
+    applied = [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    assert applied == [p.stem for p in steps]
+    for before, step in zip([None, *applied], applied, strict=False):
+        assert script.get_revision(step).down_revision == before
+    assert applied[-1] == migrate.HEAD
+
+
+_CREATES = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(FUNCTION|VIEW|TRIGGER)\s+(?:runner\.)?([a-z_0-9]+)", re.I)
+
+
+def test_every_view_function_and_trigger_lives_in_exactly_one_file(db_url: str) -> None:
+    live = sqlfiles.live_objects()
+    assert len(set(live)) == len(live), "sql/objects.txt names a file twice"
+    on_disk = sorted(f"{p.parent.name}/{p.name}" for p in (ROOT / "sql").glob("[fv][ui][ne]*/*.sql"))
+    assert sorted(live) == on_disk, "sql/objects.txt and the files under sql/functions, sql/views differ"
+    where: dict[tuple[str, str], list[str]] = {}
+    for name in live:
+        for kind, obj in _CREATES.findall(sqlfiles.read_sql(name)):
+            where.setdefault((kind.upper(), obj), []).append(name)
+    for path in (ROOT / "sql" / "schema").glob("*.sql"):
+        assert not _CREATES.findall(path.read_text()), f"{path.name} creates a live object: give it its own file"
+    twice = {obj: files for obj, files in where.items() if len(set(files)) > 1}
+    assert not twice, twice
+    in_db = rows(db_url, "SELECT 'FUNCTION', p.proname FROM pg_proc p WHERE p.pronamespace = 'runner'::regnamespace"
+                         " UNION SELECT 'VIEW', c.relname FROM pg_class c"
+                         " WHERE c.relnamespace = 'runner'::regnamespace AND c.relkind = 'v'"
+                         " UNION SELECT 'TRIGGER', t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                         " WHERE c.relnamespace = 'runner'::regnamespace AND NOT t.tgisinternal")
+    assert set(in_db) == set(where), set(in_db) ^ set(where)
+
+
+def test_a_changed_live_object_is_applied_again_with_what_follows_it(db_url: str) -> None:
+    """A live file whose text differs from the recorded checksum is applied again by `runner
+    db upgrade`, and every file after it in sql/objects.txt (a file that drops and recreates
+    its object takes its dependents with it); the files before it are left alone."""
+    live = sqlfiles.live_objects()
+    changed = live.index("views/alerts.sql")
+    stamp = "SELECT max(applied_at) FROM runner.sql_objects WHERE name = %s"
+    before = {name: scalar(db_url, stamp, (name,)) for name in live}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # the ledger as an older code left it: another alerts view, and runner.violations
+        # (after it in the list) gone with it
+        conn.execute("UPDATE runner.sql_objects SET checksum = repeat('0', 64) WHERE name = 'views/alerts.sql'")
+        conn.execute("DROP VIEW runner.violations")
+    assert migrate.unapplied_objects_of(db_url) == ["views/alerts.sql"]
+    current = run_cli("db", "current", "--json", url=db_url)
+    assert '"unapplied_objects": ["views/alerts.sql"]' in current.stdout and '"up_to_date": false' in current.stdout
     migrate.upgrade(db_url)
-    assert "'correction', 1" in rows(db_url, body)[0][0]
+    assert scalar(db_url, "SELECT to_regclass('runner.violations') IS NOT NULL")
+    after = {name: scalar(db_url, stamp, (name,)) for name in live}
+    assert [name for name in live if after[name] != before[name]] == list(live[changed:])
+    assert migrate.unapplied_objects_of(db_url) == []
+    migrate.upgrade(db_url)  # nothing changed: nothing applied
+    assert {name: scalar(db_url, stamp, (name,)) for name in live} == after
+
+
+def test_a_runner_refuses_live_objects_older_than_its_code(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM runner.sql_objects WHERE name = 'functions/finish_attempts_v1.sql'")
+    out = run_cli("start", "--app", "tests/apps/hello.py:app", url=db_url)
+    assert out.returncode == 1
+    [line] = [x for x in out.stderr.splitlines() if x.startswith("runner: error: ")]
+    assert "SQL objects are older than this runner's (functions/finish_attempts_v1.sql)" in line
+    assert "run `runner db upgrade`" in line
+    assert scalar(db_url, "SELECT count(*) FROM runner.jobs") == 0
+    migrate.upgrade(db_url)
+    assert migrate.unapplied_objects_of(db_url) == []
+
+
+def test_a_ledger_from_before_the_baseline_is_refused_with_one_line(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE runner.alembic_version SET version_num = '0018_recovery'")
+    out = run_cli("db", "upgrade", url=db_url)
+    assert out.returncode == 1, out.stdout
+    assert out.stderr.strip().splitlines() == [
+        "runner: error: the runner schema is at revision 0018_recovery, from before the baseline revision of "
+        "this runner's migrations: upgrade it to 0025_scan with a runner of that history first (nothing was applied)"]
+    assert scalar(db_url, "SELECT version_num FROM runner.alembic_version") == "0018_recovery"
+
+
+def _dump(url: str) -> str:
+    out = subprocess.run(["pg_dump", "--schema-only", "--no-owner", "--schema=runner", url],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        pytest.skip(f"pg_dump cannot dump this server: {out.stderr.strip()[:200]}")
+    return "\n".join(line for line in out.stdout.splitlines() if not line.startswith(("\\restrict", "\\unrestrict")))
+
+
+def test_a_ledger_of_the_previous_release_upgrades_to_exactly_a_fresh_install(
+        db_url: str, empty_db_url: str, tmp_path: Path) -> None:
+    """The previous release's code (from the git history: before the baseline, 0025_scan)
+    migrates an empty database; this code upgrades it (stamped onto the baseline, then the
+    schema steps and live objects after it): `pg_dump -s` equals a fresh install's."""
+    if shutil.which("pg_dump") is None:
+        pytest.skip("pg_dump is not installed")
+    from tests.test_upgrade import previous_release
+
+    old = previous_release(tmp_path / "previous")
+    env = {**os.environ, "PYTHONPATH": str(old), "RUNNER_DATABASE_URL": empty_db_url}
+    up = subprocess.run([sys.executable, "-m", "runner", "db", "upgrade"], capture_output=True, text=True,
+                        cwd=old, env=env, timeout=300)
+    assert up.returncode == 0, up.stderr
+    previous = scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version")
+    assert previous != migrate.HEAD
+    migrate.upgrade(empty_db_url)
+    assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == migrate.HEAD
+    assert _dump(empty_db_url) == _dump(db_url)

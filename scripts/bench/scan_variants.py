@@ -2,8 +2,8 @@
 
     python scripts/bench/scan_variants.py OLD.sql NEW.sql [--rounds 5] [--dbs DB ...]
 
-Each file is a definition of runner.missing_slots_v1 (e.g. a frozen copy under
-sql/revisions/ and the live sql/views/missing_slots.sql). On each ledger (by default the three
+Each file is a definition of runner.missing_slots_v1 (e.g. an older one taken from the git history,
+`git show REV:sql/views/missing_slots.sql > old.sql`, and the live sql/views/missing_slots.sql). On each ledger (by default the three
 kept by `BENCH_KEEP_DB=1 scripts/bench/ledger_age.py`, or seeded with its --seed-only), each
 round applies each file in turn and times `SELECT count(*) FROM runner.missing_slots` (the
 fastest of 3), then counts the buffers of one scan (auto_explain's nested plan in the server

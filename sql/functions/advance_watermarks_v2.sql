@@ -10,7 +10,7 @@
 -- The loop's duty calls it until nothing is behind (runner/gapscan.py); `runner gaps` calls it
 -- once first.
 --
--- What a watermark means (see the section in sql/revisions/0003_time.sql): every expected
+-- What a watermark means (runner.gap_watermarks, sql/schema/0001_baseline.sql): every expected
 -- slot x partition at or below complete_through had a run row, in ANY status, or is recorded
 -- in runner.gap_holes. The advance expands the slots between the job's (trusted) watermark
 -- and its target exactly as the view does, records those with no run as holes, forgets holes

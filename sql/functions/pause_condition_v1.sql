@@ -72,3 +72,6 @@ BEGIN
     RETURN coalesce((SELECT value::text::boolean FROM json_each(shape)), false);
 END
 $$;
+
+-- only the roles sql/roles.sql names may call it (the condition role owns it there)
+REVOKE ALL ON FUNCTION runner.pause_condition_v1(text) FROM PUBLIC;

@@ -74,7 +74,7 @@
 -- runner.missing_slots_v1(as_of, only_job, since) is the same scan at a given "now"
 -- (tests, and `runner gaps --job/--since`, which it narrows cheaply); the view is its call at
 -- now(). A new run status must be placed on one side: in the status list below and in the
--- predicate of job_runs_unaccounted (sql/revisions/0003_time.sql).
+-- predicate of job_runs_unaccounted (sql/schema/0001_baseline.sql).
 
 CREATE OR REPLACE FUNCTION runner.missing_slots_v1(
     as_of timestamptz, only_job text DEFAULT NULL, since timestamptz DEFAULT NULL)

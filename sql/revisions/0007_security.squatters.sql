@@ -1,8 +1,0 @@
--- Revision 0007_security, part squatters: sessions that hold runner lock keys without being
--- registered runner sessions (issue 12, point 5). No statement of its own:
---
--- runner.runner_sessions_v1() (sql/functions/runner_sessions_v1.sql) names the registered
--- lock sessions; the takeover duty ends the others (runner.try_terminate_v1) and no longer
--- takes them for a run's owner. runner.alerts gains the kind lock_squatter: the revision
--- applies sql/views/alerts.sql again after this file (CREATE OR REPLACE VIEW, same columns:
--- the grants of sql/roles.sql stay).

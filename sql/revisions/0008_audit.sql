@@ -1,3 +1,0 @@
--- Revision 0008_audit: The ledger audit: runner.check_v1() and the runner.violations view.
--- No table: the audit reads the ledger (sql/functions/check_v1.sql, sql/views/violations.sql,
--- applied right after this file).

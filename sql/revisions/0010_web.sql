@@ -1,3 +1,0 @@
--- Revision 0010_web: the operator console (runner/web/). No table: runner.job_health's lag
--- now counts the expected slots that never started (sql/views/job_health.sql, applied right
--- after this file; it adds the column oldest_missing_slot).

@@ -1,0 +1,2 @@
+-- 0002_objects, down
+DROP TABLE runner.sql_objects;
