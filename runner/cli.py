@@ -1,5 +1,13 @@
 """The ``runner`` command (Typer): parse, call, print. No logic of its own.
 
+The operator actions (rerun, pause, resume, approve, skip, retire, unretire, backfill and
+backfill pause/resume/cancel, lane set, prune) are the registry's (runner/actions.py): each
+command keeps its hand-written Typer declaration (options, help), has its options parsed by
+the registry's one parser (times by its one time parser), shows the registry's plan, asks,
+and calls the registry's act, i.e. the audited database function; the console
+(runner/web/actions.py) serves the same actions. ``_dispatches`` marks those commands
+(tests/test_actions.py: the marked commands are exactly the registry's actions).
+
 Exit codes: 0 ok, 1 error (one line on stderr, nothing written), 2 usage.
 """
 

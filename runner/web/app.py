@@ -2,8 +2,10 @@
 
 Pages and API share their code: every page renders what a function of runner/web/reads.py
 returned, and ``GET /api/...`` returns the same data as JSON; every action, from a form or
-``POST /api/...``, goes through runner/web/actions.py, i.e. the CLI's own plan and action
-functions. Who may do what is runner/web/auth.py.
+``POST /api/...``, goes through runner/web/actions.py, an adapter over the action registry
+(runner/actions.py) the CLI dispatches through too: ``/actions/NAME`` and
+``/api/actions/NAME`` serve every action of it. Times in a page's query are read by the
+registry's one time parser. Who may do what is runner/web/auth.py.
 
 Two connection pools: reads (``--read-database-url``, e.g. a replica; else the main URL)
 and actions (``--database-url``, which should be a login in the operator role of
