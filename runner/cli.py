@@ -435,16 +435,12 @@ def _params(action: str, **raw: Any) -> dict[str, Any]:
         fail(str(exc), 2)
 
 
-ACTION_COMMANDS: dict[str, str] = {}  # function name -> the registry's action it dispatches to
-
-
 def _dispatches(action: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Marks a command as the CLI face of the registry's ``action`` (tests/test_actions.py
     checks that the marked commands are exactly the registry's actions)."""
     actions.get(action)
 
     def mark(fn: Callable[..., None]) -> Callable[..., None]:
-        ACTION_COMMANDS[fn.__name__] = action
         setattr(fn, "runner_action", action)  # noqa: B010 (read back from the click command)
         return fn
     return mark
