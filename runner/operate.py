@@ -1,6 +1,7 @@
 """The operator's side: ``runner status``, ``rerun``, ``pause``, ``resume``, ``retire`` and
 ``unretire`` without the parsing and printing (that is runner/cli.py), on the named SQL of
-``sql/queries/operate.sql``.
+``sql/queries/operate.sql``. The actions among them are registered, with their parameters
+and impact, in runner/actions.py, which the CLI and the console dispatch through.
 
 Every change an operator makes follows one shape: a *plan* reads what the action would touch
 (shown to the operator, who confirms), then one call of the action's database function
