@@ -35,3 +35,26 @@ SELECT p.id, p.job_name, p.status, p.expected_runs, p.pause_cause, p.pauses, p.v
 FROM plans p
 CROSS JOIN clock c
 ORDER BY p.id DESC
+
+-- name: newest_succeeded_slots
+-- Per job of `job_names`, the newest slot with a succeeded run (any partition): walked
+-- backwards on the business key (job_name, schedule_slot, partition_key) until a success, so
+-- the cost follows the runs since the last success, not the ledger's size. A job with no
+-- success has no row.
+SELECT j.job_name, s.schedule_slot
+FROM unnest(%(job_names)s::text[]) AS j(job_name)
+CROSS JOIN LATERAL (
+    SELECT r.schedule_slot
+    FROM runner.job_runs r
+    WHERE r.job_name = j.job_name AND r.status = 'succeeded'
+    ORDER BY r.schedule_slot DESC
+    LIMIT 1
+) s;
+
+-- name: resent_effects
+-- Side effects sent more than once, per job (runner.alert_effect_duplicate's rows), on the
+-- partial index effects_resent.
+SELECT e.job_name, count(*) AS resent
+FROM runner.effects e
+WHERE e.send_count > 1
+GROUP BY e.job_name;
