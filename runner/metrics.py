@@ -44,6 +44,7 @@ aggregate them with ``max by (...)``, not ``sum``:
 | runner_slot_after_last_success_timestamp_seconds | gauge | job_name (the slot after the newest |
 | | | succeeded slot of the job, any partition: due and not succeeded once it is past) |
 | runner_effects_resent | gauge | job_name (side effects sent more than once, now in the ledger) |
+| runner_runs_dead | gauge | job_name (dead runs now: no attempt left, until an operator acts) |
 
 **Backfill plans** (the same ``LedgerCollector`` and read): fleet-wide too — aggregate them
 with ``max by (plan)`` — except the live lag, which is the process's own. Labelled by ``plan``
@@ -77,7 +78,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -102,6 +103,7 @@ LIVE_WINDOW = 60.0  # seconds of live start lag kept for runner_backfill_live_la
 FINISHED_KEEP = 600.0  # seconds a finished plan stays on the endpoint
 MAX_PLANS = 50
 MIN_INTERVAL = 1.0  # seconds between two ledger reads of the collector
+STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "refused")  # an attempt's outcomes
 
 
 class Metrics:
@@ -128,6 +130,15 @@ class Metrics:
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._live: collections.deque[tuple[float, float]] = collections.deque(maxlen=20_000)
         self._live_lock = threading.Lock()
+
+    def declare(self, job_names: Iterable[str]) -> None:
+        """Start every job's counters at 0, so a rule's ``increase()`` sees the first event
+        (a counter series born at 1 shows no increase)."""
+        for name in job_names:
+            for status in STATUSES:
+                self.of(self.completed, name, status)
+            self.of(self.takeovers, name)
+            self.of(self.conflicts, name)
 
     def observe_lag(self, job: str, seconds: float, trigger: str) -> None:
         """A claimed run's start lag: the histogram, and for live slots (trigger schedule)
@@ -184,7 +195,7 @@ class LedgerCollector(Collector):
         self._open = open_conn
         self._live_lag = live_lag
         self._schedules = dict(schedules or {})
-        self._jobs: tuple[dict[str, datetime], dict[str, int]] = ({}, {})
+        self._jobs: tuple[dict[str, datetime], dict[str, int], dict[str, int]] = ({}, {}, {})
         self.keep, self.limit, self.min_interval = keep, limit, min_interval
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
@@ -217,8 +228,10 @@ class LedgerCollector(Collector):
                 newest = ledger.dict_rows(self._conn, Q["newest_succeeded_slots"],
                                           {"job_names": sorted(self._schedules)})
                 resent = ledger.dict_rows(self._conn, Q["resent_effects"], {})
+                dead = ledger.dict_rows(self._conn, Q["dead_runs"], {})
                 self._jobs = ({r["job_name"]: r["schedule_slot"] for r in newest},
-                              {r["job_name"]: int(r["resent"]) for r in resent})
+                              {r["job_name"]: int(r["resent"]) for r in resent},
+                              {r["job_name"]: int(r["dead"]) for r in dead})
             except psycopg.Error as exc:
                 log.warning("ledger metrics: %s: %s", type(exc).__name__, str(exc).strip()[:200])
                 if self._conn is not None:
@@ -235,7 +248,7 @@ class LedgerCollector(Collector):
         yield up
         if plans is None:
             return
-        newest, resent = self._jobs
+        newest, resent, dead = self._jobs
         due = GaugeMetricFamily("runner_slot_after_last_success_timestamp_seconds", "The slot after the "
                                 "newest succeeded slot of the job (any partition), as a Unix time",
                                 labels=["job_name"])
@@ -247,6 +260,11 @@ class LedgerCollector(Collector):
         for job_name, count in sorted(resent.items()):
             effects.add_metric([job_name], float(count))
         yield effects
+        dead_runs = GaugeMetricFamily("runner_runs_dead", "Dead runs now (no attempt left, until an "
+                                      "operator reruns, skips or cancels them)", labels=["job_name"])
+        for job_name in sorted(set(dead) | set(self._schedules)):
+            dead_runs.add_metric([job_name], float(dead.get(job_name, 0)))
+        yield dead_runs
         names = ["plan", "job_name"]
 
         def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:

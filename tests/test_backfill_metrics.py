@@ -19,8 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runner import backfill
 from runner.metrics import LedgerCollector
+from runner.schedule import Schedule
 from tests.apps.verified import app as vf_app
 from tests.support import RunnerProcess, eventually, rows, run_cli
+from tests.test_gap_scan import make_run
 from tests.test_observe import free_port
 
 APP = "tests/apps/verified.py:app"
@@ -161,3 +163,41 @@ def test_pauses_by_cause_finished_plans_leave_and_a_lost_ledger_says_so(url: str
         assert value(m, "runner_ledger_metrics_up") == 0
     finally:
         collector.close()
+
+
+def test_the_ledger_read_job_metrics_behind_the_alert_rules(db_url: str) -> None:
+    """runner_slot_after_last_success_timestamp_seconds (the newest succeeded slot of any
+    partition, a failed newer one or another job's not counted), runner_runs_dead and
+    runner_effects_resent, read from the ledger for every process alike."""
+    hour = timedelta(hours=1)
+    t = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        make_run(conn, "hourly", t - 3 * hour, "a")
+        newest = make_run(conn, "hourly", t - 2 * hour, "b")
+        make_run(conn, "hourly", t - hour, "a", status="dead")
+        make_run(conn, "hourly", t - hour, "b", status="failed")
+        make_run(conn, "other", t, status="succeeded")
+        make_run(conn, "other", t - hour, status="dead")
+        make_run(conn, "other", t - 2 * hour, status="dead")
+        for key, sends in (("once", 1), ("twice", 2), ("thrice", 3)):
+            conn.execute("INSERT INTO runner.effects (job_name, run_id, effect_key, status, attempt, fence,"
+                         " send_count) VALUES ('hourly', %s, %s, 'unknown', 1, 1, %s)", (newest, key, sends))
+    registry = CollectorRegistry()
+    collector = LedgerCollector(lambda: psycopg.connect(db_url, autocommit=True), min_interval=0,
+                                schedules={"hourly": Schedule(kind="every", every="1h"),
+                                           "idle": Schedule(kind="every", every="1d")})
+    registry.register(collector)
+    try:
+        m = samples(generate_latest(registry).decode())
+    finally:
+        collector.close()
+    # the slot after 08:00, the newest success: 09:00 (its runs dead and failed)
+    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="hourly") == (
+        (t - hour).timestamp())
+    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="idle") is None  # no success
+    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="other") is None  # not served
+    assert value(m, "runner_runs_dead", job_name="hourly") == 1
+    assert value(m, "runner_runs_dead", job_name="other") == 2
+    assert value(m, "runner_runs_dead", job_name="idle") == 0
+    assert value(m, "runner_effects_resent", job_name="hourly") == 2
+    assert value(m, "runner_ledger_metrics_up") == 1

@@ -48,6 +48,9 @@ def test_metrics_and_json_logs(db_url: str, tmp_path: Path) -> None:
     # the job is job_name: Prometheus owns `job` (a scraped `job` label arrives as exported_job)
     assert not re.search(r'[{,]job="', text)
     assert 'runner_slot_after_last_success_timestamp_seconds{job_name="tick"}' in text
+    # counters start at 0 for every job (a rule's increase() then sees the first takeover)
+    assert 'runner_takeovers_total{job_name="tick"} 0.0' in text
+    assert 'runner_attempts_completed_total{job_name="tick",status="dead"} 0.0' in text
     events = [json.loads(line) for line in proc.output().splitlines() if line.strip()]
     claimed = [e for e in events if e["event"] == "job_claimed"]
     assert claimed and {"job", "slot", "partition", "run_id", "attempt", "fence", "trigger"} <= set(claimed[0])
@@ -77,7 +80,7 @@ def test_a_real_prometheus_scrapes_job_name_and_no_exported_job(db_url: str, tmp
                          log=tmp_path / "r.log")  # tick: every 200 ms
     try:
         with promserver.prometheus(tmp_path, {"runner": [f"127.0.0.1:{port}"]}) as prom:
-            found = eventually(lambda: prom.query('runner_attempts_completed_total{status="succeeded"}'),
+            found = eventually(lambda: prom.query('runner_attempts_completed_total{status="succeeded"} > 0'),
                                timeout=60, interval=0.5, message="runner series scraped")
             labels = found[0]["metric"]
             assert labels["job_name"] == "tick" and labels["job"] == "runner", labels
@@ -86,7 +89,8 @@ def test_a_real_prometheus_scrapes_job_name_and_no_exported_job(db_url: str, tmp
                            "runner_last_success_timestamp_seconds",
                            "runner_slot_after_last_success_timestamp_seconds"):
                 series = prom.query(family)
-                assert series and all(s["metric"].get("job_name") == "tick" for s in series), (family, series)
+                assert series and all(s["metric"].get("job_name") in ("tick", "hourly") for s in series), (
+                    family, series)
             assert prom.query('{exported_job!=""}') == []
             assert prom.query('{__name__=~"runner_.+", job!="runner"}') == []
     finally:

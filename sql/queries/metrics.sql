@@ -58,3 +58,11 @@ SELECT e.job_name, count(*) AS resent
 FROM runner.effects e
 WHERE e.send_count > 1
 GROUP BY e.job_name;
+
+-- name: dead_runs
+-- Dead runs now, per job (runner.alert_dead's rows: until an operator reruns, skips or
+-- cancels them), on the partial index job_runs_dead.
+SELECT r.job_name, count(*) AS dead
+FROM runner.job_runs r
+WHERE r.status = 'dead'
+GROUP BY r.job_name;
