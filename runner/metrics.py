@@ -42,7 +42,8 @@ aggregate them with ``max by (...)``, not ``sum``:
 | metric | type | labels |
 |---|---|---|
 | runner_slot_after_last_success_timestamp_seconds | gauge | job_name (the slot after the newest |
-| | | succeeded slot of the job, any partition: due and not succeeded once it is past) |
+| | | succeeded slot of the job, any partition: due and not succeeded once it is past; when |
+| | | none of the job's newest ``SUCCESS_WINDOW`` runs succeeded, the oldest of their slots) |
 | runner_effects_resent | gauge | job_name (side effects sent more than once, now in the ledger) |
 | runner_runs_dead | gauge | job_name (dead runs now: no attempt left, until an operator acts) |
 
@@ -103,6 +104,7 @@ LIVE_WINDOW = 60.0  # seconds of live start lag kept for runner_backfill_live_la
 FINISHED_KEEP = 600.0  # seconds a finished plan stays on the endpoint
 MAX_PLANS = 50
 MIN_INTERVAL = 1.0  # seconds between two ledger reads of the collector
+SUCCESS_WINDOW = 1000  # runs of a job looked at, newest first, for its last success
 STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "refused")  # an attempt's outcomes
 
 
@@ -226,10 +228,11 @@ class LedgerCollector(Collector):
                 self._rows = ledger.dict_rows(self._conn, Q["backfill_metrics"], {
                     "keep": self.keep, "limit": self.limit, "window": LIVE_WINDOW, "now": None})
                 newest = ledger.dict_rows(self._conn, Q["newest_succeeded_slots"],
-                                          {"job_names": sorted(self._schedules)})
+                                          {"job_names": sorted(self._schedules), "window": SUCCESS_WINDOW})
                 resent = ledger.dict_rows(self._conn, Q["resent_effects"], {})
                 dead = ledger.dict_rows(self._conn, Q["dead_runs"], {})
-                self._jobs = ({r["job_name"]: r["schedule_slot"] for r in newest},
+                self._jobs = ({r["job_name"]: self._due_after(r) for r in newest
+                               if r["newest_success"] is not None or r["no_success_since"] is not None},
                               {r["job_name"]: int(r["resent"]) for r in resent},
                               {r["job_name"]: int(r["dead"]) for r in dead})
             except psycopg.Error as exc:
@@ -239,6 +242,13 @@ class LedgerCollector(Collector):
                 self._conn, self._rows = None, None
             self._read_at = time.monotonic()
             return self._rows
+
+    def _due_after(self, row: dict[str, Any]) -> datetime:
+        """The slot due after the job's last success (or its oldest slot looked at, when
+        none of them succeeded)."""
+        if row["newest_success"] is None:
+            return row["no_success_since"]  # type: ignore[no-any-return]
+        return self._schedules[row["job_name"]].next_after(row["newest_success"])
 
     def collect(self) -> Iterator[Metric]:
         plans = self.read()
@@ -253,7 +263,7 @@ class LedgerCollector(Collector):
                                 "newest succeeded slot of the job (any partition), as a Unix time",
                                 labels=["job_name"])
         for job_name, slot in sorted(newest.items()):
-            due.add_metric([job_name], self._schedules[job_name].next_after(slot).timestamp())
+            due.add_metric([job_name], slot.timestamp())
         yield due
         effects = GaugeMetricFamily("runner_effects_resent", "Side effects sent more than once, now in "
                                     "the ledger", labels=["job_name"])

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner import backfill
+from runner import backfill, metrics
 from runner.metrics import LedgerCollector
 from runner.schedule import Schedule
 from tests.apps.verified import app as vf_app
@@ -165,10 +165,12 @@ def test_pauses_by_cause_finished_plans_leave_and_a_lost_ledger_says_so(url: str
         collector.close()
 
 
-def test_the_ledger_read_job_metrics_behind_the_alert_rules(db_url: str) -> None:
-    """runner_slot_after_last_success_timestamp_seconds (the newest succeeded slot of any
-    partition, a failed newer one or another job's not counted), runner_runs_dead and
+def test_the_ledger_read_job_metrics_behind_the_alert_rules(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """runner_slot_after_last_success_timestamp_seconds (the slot after the newest succeeded
+    slot of any partition, a failed newer one or another job's not counted; for a job with no
+    success among its newest SUCCESS_WINDOW runs, the oldest of those), runner_runs_dead and
     runner_effects_resent, read from the ledger for every process alike."""
+    monkeypatch.setattr(metrics, "SUCCESS_WINDOW", 3)
     hour = timedelta(hours=1)
     t = datetime(2026, 3, 1, 10, tzinfo=UTC)
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -179,13 +181,19 @@ def test_the_ledger_read_job_metrics_behind_the_alert_rules(db_url: str) -> None
         make_run(conn, "other", t, status="succeeded")
         make_run(conn, "other", t - hour, status="dead")
         make_run(conn, "other", t - 2 * hour, status="dead")
+        make_run(conn, "failing", t - 4 * hour)  # beyond the window of 3 runs
+        for back in (3, 2, 1, 0):
+            make_run(conn, "failing", t - back * hour, status="failed")
+        make_run(conn, "never", t - hour, status="dead")
         for key, sends in (("once", 1), ("twice", 2), ("thrice", 3)):
             conn.execute("INSERT INTO runner.effects (job_name, run_id, effect_key, status, attempt, fence,"
                          " send_count) VALUES ('hourly', %s, %s, 'unknown', 1, 1, %s)", (newest, key, sends))
     registry = CollectorRegistry()
     collector = LedgerCollector(lambda: psycopg.connect(db_url, autocommit=True), min_interval=0,
                                 schedules={"hourly": Schedule(kind="every", every="1h"),
-                                           "idle": Schedule(kind="every", every="1d")})
+                                           "idle": Schedule(kind="every", every="1d"),
+                                           "failing": Schedule(kind="every", every="1h"),
+                                           "never": Schedule(kind="every", every="1h")})
     registry.register(collector)
     try:
         m = samples(generate_latest(registry).decode())
@@ -194,7 +202,12 @@ def test_the_ledger_read_job_metrics_behind_the_alert_rules(db_url: str) -> None
     # the slot after 08:00, the newest success: 09:00 (its runs dead and failed)
     assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="hourly") == (
         (t - hour).timestamp())
-    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="idle") is None  # no success
+    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="idle") is None  # no run
+    # no success among the newest 3 runs: no success since at least the oldest of them
+    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="failing") == (
+        (t - 2 * hour).timestamp())
+    assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="never") == (
+        (t - hour).timestamp())
     assert value(m, "runner_slot_after_last_success_timestamp_seconds", job_name="other") is None  # not served
     assert value(m, "runner_runs_dead", job_name="hourly") == 1
     assert value(m, "runner_runs_dead", job_name="other") == 2

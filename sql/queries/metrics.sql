@@ -37,19 +37,25 @@ CROSS JOIN clock c
 ORDER BY p.id DESC
 
 -- name: newest_succeeded_slots
--- Per job of `job_names`, the newest slot with a succeeded run (any partition): walked
--- backwards on the business key (job_name, schedule_slot, partition_key) until a success, so
--- the cost follows the runs since the last success, not the ledger's size. A job with no
--- success has no row.
-SELECT j.job_name, s.schedule_slot
+-- Per job of `job_names`, among its newest `window` runs (by slot, on the business key
+-- (job_name, schedule_slot, partition_key), walked backwards): the newest slot with a succeeded
+-- run (any partition) — the walk stops at it, so the cost follows the runs since the last
+-- success — or, when none of them succeeded, the oldest of their slots (no success since at
+-- least then; a bounded read for a job that keeps failing). A job with no run has no row.
+SELECT j.job_name, s.slot AS newest_success,
+       CASE WHEN s.slot IS NULL THEN (
+           SELECT min(w.schedule_slot)
+           FROM (SELECT r.schedule_slot FROM runner.job_runs r WHERE r.job_name = j.job_name
+                 ORDER BY r.schedule_slot DESC LIMIT %(window)s) w
+       ) END AS no_success_since
 FROM unnest(%(job_names)s::text[]) AS j(job_name)
-CROSS JOIN LATERAL (
-    SELECT r.schedule_slot
-    FROM runner.job_runs r
-    WHERE r.job_name = j.job_name AND r.status = 'succeeded'
-    ORDER BY r.schedule_slot DESC
+LEFT JOIN LATERAL (
+    SELECT w.schedule_slot AS slot
+    FROM (SELECT r.schedule_slot, r.status FROM runner.job_runs r WHERE r.job_name = j.job_name
+          ORDER BY r.schedule_slot DESC LIMIT %(window)s) w
+    WHERE w.status = 'succeeded'
     LIMIT 1
-) s;
+) s ON true;
 
 -- name: resent_effects
 -- Side effects sent more than once, per job (runner.alert_effect_duplicate's rows), on the
