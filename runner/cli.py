@@ -371,7 +371,8 @@ def start(
             except OSError as exc:
                 raise ConfigError(f"cannot serve metrics on {metrics_host} port {metrics_port}: "
                                   f"{exc.strerror or exc}") from None
-            metrics.watch_backfills(lambda: _metrics_session(choice.url))
+            metrics.watch_ledger(lambda: _metrics_session(choice.url),
+                                {name: job.schedule for name, job in runner_app.jobs.items()})
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
         if stopping.requested.is_set():
             return

@@ -239,6 +239,7 @@ class Worker:
         self.url = url
         self.config = config or LoopConfig()
         self.jobs: dict[str, JobDef] = app.jobs
+        self.metrics.declare(self.jobs)  # counters at 0 for every job: rules see the first event
         self.owner = Owner.here(uuid4(), namespace)
         self._stop = threading.Event()
         self._wake = threading.Event()
