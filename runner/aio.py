@@ -47,10 +47,10 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner.app import JobDef
 from runner.attempt import execute_async, failure
 from runner.context import AsyncJobContext
 from runner.errors import AttemptTimedOut, error_text
+from runner.jobs import JobDef
 from runner.ledger import ClaimedRun, Outcome
 
 log = logging.getLogger("runner.aio")

@@ -62,7 +62,7 @@ from typing import Any
 import psycopg
 
 from runner import ledger, operate
-from runner.app import LANE_NAME
+from runner.jobs import LANE_NAME
 from runner.operate import OperatorError
 from runner.sqlfiles import queries
 

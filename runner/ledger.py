@@ -18,8 +18,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from runner.app import JobDef, Retention
 from runner.errors import JobRetired
+from runner.jobs import JobDef, Retention
 from runner.sqlfiles import queries
 
 Q = queries("ledger")

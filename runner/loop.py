@@ -104,13 +104,13 @@ from psycopg_pool import ConnectionPool
 
 from runner import __version__, backfill, conditions, gapscan, lanes, ledger, misfire, retention, takeover
 from runner.aio import AsyncHandlers
-from runner.app import JobDef, Retention, Runner
 from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext, RunContext
 from runner.duties import Duties, Duty, on_own_connection
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
 from runner.fanout import MAX_PARTITIONS, plan_slot
+from runner.jobs import JobDef, JobSource, Retention
 from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
 from runner.metrics import Metrics
 from runner.schedule import idempotency_keys
@@ -232,7 +232,7 @@ class Active:
 class Worker:
     """One runner process's scheduling loop, handler pool and completer."""
 
-    def __init__(self, app: Runner, url: str, config: LoopConfig | None = None,
+    def __init__(self, app: JobSource, url: str, config: LoopConfig | None = None,
                  namespace: int = 21077, metrics: Metrics | None = None) -> None:
         self.app = app
         self.metrics = metrics or Metrics()
