@@ -784,7 +784,7 @@ def resume(
 
 
 def _retention_option(value: str) -> Any:
-    from runner.app import parse_retention
+    from runner.jobs import parse_retention
     from runner.schedule import ScheduleError
 
     text = value.strip()

@@ -43,7 +43,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from runner import ledger
-from runner.app import JobDef, Runner
+from runner.jobs import JobDef, JobSource
 from runner.sqlfiles import queries
 
 Q = queries("operate")
@@ -115,7 +115,7 @@ class StatusReport:
     backfills: list[dict[str, Any]] = field(default_factory=list)
 
 
-def status(conn: psycopg.Connection[Any], app: Runner | None = None,
+def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
            job_name: str | None = None, with_alerts: bool = True,
            with_backfills: bool = True) -> StatusReport:
     """Per-job health and the alerts. ``missing`` is the job's count in runner.missing_slots
