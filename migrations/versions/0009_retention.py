@@ -20,7 +20,7 @@ UPGRADE = [
     "functions/duty_lock_key_v1.sql",
     "revisions/0009_retention.missing_slots.sql",
     "revisions/0009_retention.advance_watermarks.sql",
-    "functions/check_v1.sql",
+    "revisions/0025_frozen.check_v1.sql",  # (frozen until the layout lands: 0026_history)
     "revisions/0009_retention.job_health.sql",
     "revisions/0009_retention.alerts.sql",
     "functions/retire_job_v1.sql",
