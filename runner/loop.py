@@ -102,7 +102,18 @@ from uuid import uuid4
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import __version__, backfill, conditions, gapscan, lanes, ledger, misfire, retention, takeover
+from runner import (
+    __version__,
+    backfill,
+    conditions,
+    gapscan,
+    history,
+    lanes,
+    ledger,
+    misfire,
+    retention,
+    takeover,
+)
 from runner.aio import AsyncHandlers
 from runner.app import JobDef, Retention, Runner
 from runner.attempt import crash_point, execute, failure
@@ -307,11 +318,17 @@ class Worker:
             raise
         self.live = {name: job for name, job in self.jobs.items() if self.served.serves(job.lane)}
         self._lanes_at = time.monotonic()
+        # the schedule history is appended only if no live runner runs the definition it
+        # holds (runner/history.py); each job's definition is recorded with this instance
+        definitions: dict[str, ledger.Definition] = {}
         tracked = ledger.sync_jobs(self._lock_conn, list(self.jobs.values()),
-                                   retention_default=self.config.retention_default)
+                                   retention_default=self.config.retention_default,
+                                   instance=self.owner.instance, definitions=definitions,
+                                   fresh_for=3 * self.config.instance_heartbeat)
+        history.report(definitions)
         # registered as serving only the jobs whose live slots it claims: a slot's shares are
         # split among the processes that claim it
-        ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.live))
+        ledger.register_instance(self._lock_conn, self.owner, __version__, list(self.live), definitions)
         self._refresh_shares()
         self._measure_offset()
         self._control = ConnectionPool(
@@ -463,7 +480,9 @@ class Worker:
         Lanes (runner/lanes.py): each served lane has its own handler slots, so these duties
         order the claims (realtime > correction > manual > bulk) without one lane taking
         another's threads; while live claims wait here, no other lane claims anything;
-        8. ``beats``, ``instance_beat``, ``clock``: liveness and the database clock's offset;
+        8. ``beats``, ``instance_beat``, ``history``, ``clock``: liveness, this runner's
+           schedule definitions re-asserted in the history (runner/history.py), the
+           database clock's offset;
         9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
         """
         poll = self.config.poll_interval
@@ -481,9 +500,15 @@ class Worker:
             Duty("beats", self._beat, every=self._beat_every),
             Duty("instance_beat", lambda: ledger.heartbeat_instance(self._conn(), self.owner),
                  every=self.config.instance_heartbeat),
+            # this runner's schedule definitions back in the history once no live runner runs
+            # the one it holds (runner/history.py)
+            Duty("history", self._reassert_history, every=poll),
             Duty("clock", self._measure_offset, every=60.0),
             Duty("prepare", lambda: self._prepare(self.now()) if not self._pending else None),
         ], self._session_alive, on_failure=self._duty_failed, retry_after=poll)
+
+    def _reassert_history(self) -> None:
+        history.run_once(self._conn(), self.owner, self.jobs, 3 * self.config.instance_heartbeat)
 
     def _duty_failed(self, name: str) -> None:
         self.metrics.of(self.metrics.duty_failures, name).inc()

@@ -50,6 +50,15 @@
 --              not checked) decided missed slots whose work is still open: the plan it
 --              created is not finished, or its runs still await approval. One row per job,
 --              tier and plan (runner.misfire_decisions, revision 0012)
+--   definition_conflict  live runners run different definitions of one job's schedule (two
+--              code versions: a rollout under way, or an old version restarted during it): the
+--              detail names each fingerprint with its schedule and the runners (host, pid) that
+--              run it, and which one the schedule history holds. The history is never
+--              rewritten back and forth meanwhile (runner.sync_schedule_v1, revision
+--              0026_history): it keeps the definition a live runner runs, and a runner whose
+--              definition is not the history's re-asserts it once the other version's runners
+--              are gone. Live: not stopped, heartbeat within the last 15 s, its lock session
+--              connected (runner.runner_sessions_v1). Since: the newer of the two runners' starts
 --   bad_setting       a setting this view reads is set (ALTER DATABASE/ROLE ... SET, SET) to
 --              something it cannot use: runner.job_not_in_code_after not an interval above
 --              zero and at most 100 years in the forms runner.interval_setting_v1 reads
@@ -402,5 +411,40 @@ FROM (SELECT 'runner.job_not_in_code_after'::text AS name,
              current_setting('runner.job_not_in_code_after', true) AS raw) s
 WHERE nullif(btrim(s.raw), '') IS NOT NULL
   AND runner.interval_setting_v1(s.name) IS NULL
+
+UNION ALL
+-- definition_conflict: live runners running two or more definitions of one job's schedule
+-- (revision 0026_history: runner.instances.definitions, written at registration)
+SELECT 'definition_conflict',
+       d.job_name,
+       job.owner,
+       NULL::bigint,
+       format('job %s runs %s definitions on live runners: %s; the schedule history holds %s. '
+              'Finish the rollout (stop the runners of the old code) or roll it back',
+              quote_literal(d.job_name), count(DISTINCT d.fingerprint),
+              string_agg(d.fingerprint || ' (' || coalesce(d.schedule, '?') || ') on ' || d.runners, '; '
+                         ORDER BY d.fingerprint),
+              coalesce((SELECT s.fingerprint || ' (' || runner.schedule_label_v1(
+                                   s.schedule_kind, s.cron, s.every_interval, s.timezone, s.partitions,
+                                   s.dynamic_partitions) || ')'
+                        FROM runner.job_schedules s WHERE s.job_name = d.job_name
+                        ORDER BY s.valid_from DESC LIMIT 1), 'nothing')),
+       max(d.first_started)
+FROM (
+    SELECT x.key AS job_name, x.value ->> 'fingerprint' AS fingerprint,
+           min(x.value ->> 'schedule') AS schedule,
+           string_agg(i.host || ' pid ' || i.pid, ', ' ORDER BY i.host, i.pid) AS runners,
+           min(i.started_at) AS first_started
+    FROM runner.instances i
+    CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(i.definitions) = 'object'
+                                       THEN i.definitions ELSE '{}'::jsonb END) AS x(key, value)
+    WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
+      AND i.backend_pid IN (SELECT runner.runner_sessions_v1())
+      AND jsonb_typeof(x.value) = 'object'
+    GROUP BY x.key, x.value ->> 'fingerprint'
+) d
+LEFT JOIN job ON job.job_name = d.job_name
+GROUP BY d.job_name, job.owner
+HAVING count(DISTINCT d.fingerprint) > 1
 
 ;
