@@ -1,0 +1,126 @@
+"""The schedule history across two code versions of one job (issue 26, defect 2;
+runner/history.py has the design): an old version restarted mid-rollout never rewrites the
+history while the new one runs, the new one's schedule is in force as soon as it runs alone,
+and a later downtime of it is judged by its own schedule: every missed slot is run or listed,
+no slot of the old schedule is listed as a phantom gap, and the audit is clean. Real
+``runner start`` processes of two app files (tests/apps/history_v1.py every 3 s,
+tests/apps/history_v2.py every 2 s, the same job, partitions a and b)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, scalar
+
+APP = "tests/apps/history_v{}.py:app"
+JOB = "rollout"
+ACCOUNTED = ("succeeded", "skipped", "coalesced", "cancelled")
+
+
+def start(version: int, url: str, tmp_path: Path, name: str) -> RunnerProcess:
+    return RunnerProcess(APP.format(version), url, "--poll-interval", "0.1", log=tmp_path / f"{name}.log")
+
+
+def db_now(url: str) -> datetime:
+    value: datetime = scalar(url, "SELECT now()")
+    return value
+
+
+def ran(url: str, after: datetime, grid: int, off_grid: int | None = None) -> int:
+    """Succeeded runs of slots after ``after`` on the ``grid``-second grid (and not on
+    ``off_grid``'s)."""
+    return int(scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = %s AND status = 'succeeded'"
+                           " AND schedule_slot > %s AND extract(epoch FROM schedule_slot)::numeric %% %s = 0"
+                           " AND (%s::int IS NULL OR extract(epoch FROM schedule_slot)::numeric %% %s <> 0)",
+                      (JOB, after, grid, off_grid, off_grid)))
+
+
+def history(url: str) -> list[int]:
+    """The schedule history of the job, as its intervals in seconds, oldest first."""
+    return [int(r[0]) for r in rows(url, "SELECT extract(epoch FROM every_interval) FROM runner.job_schedules"
+                                         " WHERE job_name = %s ORDER BY valid_from", (JOB,))]
+
+
+def downtime_accounted(url: str, stopped: datetime, restarted: datetime) -> bool:
+    """Every slot x partition of the 2 s schedule in (stopped, restarted) has a run that
+    accounts for it, or is listed by the gap scan."""
+    missing = rows(url, """
+        WITH slots AS (
+            SELECT s AS slot FROM generate_series(
+                to_timestamp(ceil(extract(epoch FROM %(stopped)s::timestamptz) / 2) * 2),
+                %(restarted)s::timestamptz, interval '2 seconds') AS s
+            WHERE s > %(stopped)s AND s < %(restarted)s
+        )
+        SELECT x.slot, p.key FROM slots x CROSS JOIN unnest(ARRAY['a', 'b']) AS p(key)
+        WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
+                          WHERE r.job_name = %(job)s AND r.schedule_slot = x.slot AND r.partition_key = p.key
+                            AND r.status = ANY(%(accounted)s))
+          AND NOT EXISTS (SELECT 1 FROM runner.missing_slots_v1(now(), %(job)s) m
+                          WHERE m.schedule_slot = x.slot AND m.partition_key = p.key)
+        ORDER BY 1, 2""", {"stopped": stopped, "restarted": restarted, "job": JOB, "accounted": list(ACCOUNTED)})
+    assert not missing, f"{len(missing)} slot x partitions of v2's downtime neither run nor listed: {missing}"
+    return True
+
+
+def test_an_old_version_restarted_mid_rollout_never_rewrites_the_history(db_url: str, tmp_path: Path) -> None:
+    """Issue 26, defect 2, in the issue's order: v1 runs; v2 starts (a rollout); a supervisor
+    restarts the v1 process; v1 stops; v2 runs alone, then is down 12 s and starts again."""
+    procs: list[RunnerProcess] = []
+    conflicts: list[Any] = []
+    try:
+        began = db_now(db_url)
+        a = start(1, db_url, tmp_path, "v1-a")
+        procs.append(a)
+        eventually(lambda: ran(db_url, began, 3) >= 2, timeout=60, message="v1 runs")
+        b = start(2, db_url, tmp_path, "v2-b")
+        procs.append(b)
+        t = db_now(db_url)
+        eventually(lambda: ran(db_url, t, 2, off_grid=3) >= 2, timeout=60, message="v2 runs its own slots")
+        # both versions live: the alert names both definitions
+        conflicts = eventually(lambda: rows(db_url, "SELECT detail FROM runner.alerts"
+                                                    " WHERE kind = 'definition_conflict' AND job_name = %s",
+                                            (JOB,)), timeout=10, message="a definition_conflict alert")
+        # the supervisor restarts the v1 process (its start syncs v1's definition again)
+        assert a.terminate() == 0, a.output()
+        a2 = start(1, db_url, tmp_path, "v1-a2")
+        procs.append(a2)
+        eventually(lambda: "runner_started" in a2.output(), timeout=60, message="v1 restarted")
+        t = db_now(db_url)
+        eventually(lambda: ran(db_url, t, 3, off_grid=2) >= 1, timeout=60, message="the restarted v1 runs")
+        assert a2.terminate() == 0, a2.output()
+        alone = db_now(db_url)
+        # v2 alone: its schedule is back in force within a poll
+        eventually(lambda: history(db_url)[-1] == 2, timeout=5,
+                   message="the history's current definition is v2's again, v2 running alone")
+        eventually(lambda: ran(db_url, alone, 2) >= 3, timeout=60, message="v2 runs alone")
+        # a downtime of v2: 12 s, 6 slots x 2 partitions
+        assert b.terminate() == 0, b.output()
+        stopped = db_now(db_url)
+        eventually(lambda: scalar(db_url, "SELECT now() - %s > interval '12 seconds'", (stopped,)), timeout=60)
+        b2 = start(2, db_url, tmp_path, "v2-b2")
+        procs.append(b2)
+        eventually(lambda: "runner_started" in b2.output(), timeout=60, message="v2 restarted")
+        restarted = db_now(db_url)
+        eventually(lambda: downtime_accounted(db_url, stopped, restarted), timeout=30,
+                   message="every missed slot x partition of v2 run or listed")
+        eventually(lambda: ran(db_url, restarted, 2) >= 2, timeout=60, message="v2 runs again")
+        assert b2.terminate() == 0, b2.output()
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                p.terminate()
+    # the history went from v1 to v2 once, never back
+    assert history(db_url) == [3, 2], history(db_url)
+    # the alert named both fingerprints (and what runs them)
+    fingerprints = rows(db_url, "SELECT fingerprint FROM runner.job_schedules WHERE job_name = %s"
+                                " ORDER BY valid_from", (JOB,))
+    assert len(conflicts) == 1 and all(f[0] in conflicts[0][0] for f in fingerprints), conflicts
+    assert "every 00:00:03" in conflicts[0][0] and "every 00:00:02" in conflicts[0][0], conflicts
+    # no phantom slot of v1's schedule listed once v2 ran alone
+    phantom = rows(db_url, "SELECT schedule_slot, partition_key, state FROM runner.missing_slots_v1(now(), %s)"
+                           " WHERE schedule_slot > %s AND extract(epoch FROM schedule_slot)::numeric %% 2 <> 0",
+                   (JOB, alone - timedelta(seconds=1)))
+    assert not phantom, phantom
+    assert_ledger_clean(db_url)
