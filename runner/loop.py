@@ -87,6 +87,7 @@ duty (runner/misfire.py), which applies the job's policy in bounded batches.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import random
@@ -238,6 +239,7 @@ class Active:
     run: ClaimedRun
     ctx: RunContext  # a JobContext, or an AsyncJobContext for an async def handler
     deadline: float | None = None  # monotonic; set when the handler begins (job.timeout)
+    finishing: bool = False  # the handler returned and its success is being recorded
 
 
 class Worker:
@@ -963,6 +965,7 @@ class Worker:
             ctx = actx = aloop.context(run, job)
         else:
             ctx = JobContext(run, job, pool, self._control)
+        ctx._may_finish = functools.partial(self._finishing, run)
         with self._active_lock:
             self._active[(run.id, run.fence)] = Active(run, ctx)
         self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
@@ -1000,6 +1003,18 @@ class Worker:
             self._wake.set()  # the loop sleeps until the nearest deadline
         return began
 
+    def _finishing(self, run: ClaimedRun) -> bool:
+        """A handler returned and is about to record its success (runner/attempt.py
+        ``_given_up``): False if the runner gave up on the attempt first (its timed_out or
+        released outcome is recorded instead, and the success is not), else True, and from
+        then on the timeout no longer applies to it."""
+        with self._active_lock:
+            active = self._active.get((run.id, run.fence))
+            if active is None or active.ctx._cancelled:
+                return False
+            active.finishing = True
+            return True
+
     def _done(self, run: ClaimedRun, outcome: Outcome | None, began: float) -> None:
         """A handler (sync or async) ended: its outcome to the completer, unless the runner
         gave up on the attempt meanwhile (timeout, shutdown: recorded already)."""
@@ -1015,7 +1030,8 @@ class Worker:
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
         with self._active_lock:
-            overdue = [a for a in self._active.values() if a.deadline is not None and now >= a.deadline]
+            overdue = [a for a in self._active.values()
+                       if a.deadline is not None and now >= a.deadline and not a.finishing]
             for a in overdue:
                 del self._active[(a.run.id, a.run.fence)]
         for a in overdue:
