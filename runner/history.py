@@ -29,8 +29,9 @@ row lock):
   restarted mid-rollout never rewrites the history while the new one runs, and vice versa:
   the history keeps whichever definition was in force until its last runner is gone.
 * A running runner whose definition is not the history's current one (the history duty
-  below, every poll interval) re-asserts it as soon as no live runner runs the current one:
-  v2 alone, after v1's last runner stopped, restores its 2 s schedule within a poll. The row
+  below, every ``instance_heartbeat``, 5 s by default: one short query) re-asserts it as soon
+  as no live runner runs the current one: v2 alone, after v1's last runner stopped, restores
+  its 2 s schedule within that interval. The row
   is dated from when the other definition's last runner stopped (``stopped_at``, or its last
   heartbeat if it died), never before this runner's own start, never more than
   ``fresh_for`` back and never at or before the current row: this runner ran its own

@@ -482,9 +482,9 @@ class Worker:
         Lanes (runner/lanes.py): each served lane has its own handler slots, so these duties
         order the claims (realtime > correction > manual > bulk) without one lane taking
         another's threads; while live claims wait here, no other lane claims anything;
-        8. ``beats``, ``instance_beat``, ``history``, ``clock``: liveness, this runner's
-           schedule definitions re-asserted in the history (runner/history.py), the
-           database clock's offset;
+        8. ``beats``, ``instance_beat``, ``history`` (every instance heartbeat), ``clock``:
+           liveness, this runner's schedule definitions re-asserted in the history
+           (runner/history.py), the database clock's offset;
         9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
         """
         poll = self.config.poll_interval
@@ -504,7 +504,7 @@ class Worker:
                  every=self.config.instance_heartbeat),
             # this runner's schedule definitions back in the history once no live runner runs
             # the one it holds (runner/history.py)
-            Duty("history", self._reassert_history, every=poll),
+            Duty("history", self._reassert_history, every=self.config.instance_heartbeat),
             Duty("clock", self._measure_offset, every=60.0),
             Duty("prepare", lambda: self._prepare(self.now()) if not self._pending else None),
         ], self._session_alive, on_failure=self._duty_failed, retry_after=poll)

@@ -91,8 +91,8 @@ def test_an_old_version_restarted_mid_rollout_never_rewrites_the_history(db_url:
         eventually(lambda: ran(db_url, t, 3, off_grid=2) >= 1, timeout=60, message="the restarted v1 runs")
         assert a2.terminate() == 0, a2.output()
         alone = db_now(db_url)
-        # v2 alone: its schedule is back in force within a poll
-        eventually(lambda: history(db_url)[-1] == 2, timeout=5,
+        # v2 alone: its schedule is back in force within an instance heartbeat (5 s)
+        eventually(lambda: history(db_url)[-1] == 2, timeout=10,
                    message="the history's current definition is v2's again, v2 running alone")
         eventually(lambda: ran(db_url, alone, 2) >= 3, timeout=60, message="v2 runs alone")
         # a downtime of v2: 12 s, 6 slots x 2 partitions
