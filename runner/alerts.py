@@ -22,6 +22,7 @@ KINDS: tuple[str, ...] = (
     "lock_squatter",     # a session that is not a runner's holds run keys
     "job_not_in_code",   # a job no live runner defines, for longer than the setting
     "misfire_tier",      # missed slots a tier sent to a plan or held, not settled yet
+    "definition_conflict",  # live runners run two definitions of one job's schedule
     "bad_setting",       # a setting the alerts read cannot be used
 )
 

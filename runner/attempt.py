@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool
 
 from runner import ledger
 from runner.context import AsyncJobContext, JobContext, RunContext
-from runner.errors import HandlerReturnedAwaitable, LostOwnership, error_text
+from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership, error_text
 from runner.jobs import JobDef
 from runner.ledger import ClaimedRun, Outcome
 
@@ -110,6 +110,19 @@ def _handler_failed(run: ClaimedRun, exc: Exception) -> None:
                   " ".join("".join(traceback.format_exception_only(exc)).split())[:500])
 
 
+def _given_up(ctx: RunContext) -> AttemptTimedOut | None:
+    """Whether the runner gave up on this attempt (timeout, shutdown) before its handler
+    returned: then its success is not recorded and ctx.db rolls back, even if the handler
+    ignored the timeout (caught the cancellation, blocked past its deadline) and returned
+    before the runner recorded ``timed_out``. Otherwise the runner will not give up on it any
+    more (Worker._finishing), so exactly one of the two outcomes is ever recorded."""
+    if ctx._may_finish is None:  # not run by a Worker (runner.testing): nothing gives up on it
+        return None
+    if ctx._may_finish():
+        return None
+    return AttemptTimedOut(ctx._cancelled or "the runner gave up on the attempt")
+
+
 def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
             ctx: JobContext | None = None) -> Outcome | None:
     """Run the handler for one claimed run. Returns the outcome for the caller to record in
@@ -129,6 +142,10 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
             log.warning("run %s: %s", run.id, unfinished)
             return failure(run, job, unfinished, ctx)
         log.debug("run %s: handler returned %r (ignored)", run.id, type(result).__name__)
+    given_up = _given_up(ctx)
+    if given_up is not None:
+        ctx._release(commit=False)
+        return failure(run, job, given_up, ctx)
     success = Outcome(
         run_id=run.id, fence=run.fence, status="succeeded", processed=ctx.processed, failed=ctx.failed
     )
@@ -174,6 +191,10 @@ async def execute_async(run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> O
                 log.warning("run %s: %s", run.id, unfinished)
                 return failure(run, job, unfinished, ctx)
             log.debug("run %s: handler returned %r (ignored)", run.id, type(result).__name__)
+        given_up = _given_up(ctx)
+        if given_up is not None:
+            await ctx._release(commit=False)
+            return failure(run, job, given_up, ctx)
         success = Outcome(
             run_id=run.id, fence=run.fence, status="succeeded", processed=ctx.processed, failed=ctx.failed
         )

@@ -38,6 +38,8 @@ INVARIANTS: dict[str, str] = {
     "skipped_without_reason": "a skipped, coalesced or cancelled run without status_reason",
     "fence_behind": "a run whose fence is lower than one of its attempts' fences",
     "stranded_run": "a pending or failed run no claim will ever start (no next_attempt_at, no live plan)",
+    "effect_key_twice": "a confirmed effect key recorded again after its run was pruned (runner.effect_keys)",
+    "history_unexplained": "a schedule history row no runner sync, re-assertion or definition explains",
 }
 
 COLUMNS = ["invariant", "job_name", "schedule_slot", "partition_key", "run_id", "attempt_id", "detail"]

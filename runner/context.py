@@ -47,6 +47,10 @@ class RunContext:
         self._run = run
         self._job = job
         self._cancelled: str | None = None
+        # set by the runner (runner/loop.py Worker._finishing): called once the handler
+        # returned, before its success is recorded; False when the runner gave up on the
+        # attempt (timeout, shutdown) first, True when it will not give up on it any more
+        self._may_finish: Callable[[], bool] | None = None
         self.processed: int | None = None
         self.failed: int | None = None
 

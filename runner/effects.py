@@ -39,7 +39,10 @@ outside world changed whether or not the handler's transaction commits.
 
 What is guaranteed, exactly:
 
-* A key that is ``confirmed`` is never sent again by the runner, by any run or process.
+* A key that is ``confirmed`` is never sent again by the runner, by any run or process,
+  also after retention pruned the run that confirmed it: ``runner.prune_v1`` keeps the key in
+  ``runner.effect_keys`` (key, job, confirmed_at; not its result, so ``ctx.effect`` returns
+  ``None`` for it), ``get_effect`` reads it as confirmed, and ``mark_sent`` refuses it.
 * A key is never sent again after a send whose fate is unknown (``sent`` or ``unknown``)
   unless the handler's check said it was not delivered.
 * Two callers racing on one key (compare-and-set on the row) never both send from the same

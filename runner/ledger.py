@@ -106,18 +106,81 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
     return value
 
 
+@dataclass(frozen=True)
+class Definition:
+    """What ``runner.sync_schedule_v1`` answered for one job's schedule (runner/history.py):
+    this definition's fingerprint and label, the fingerprint the history holds now, whether
+    this call appended it (and from when), and the live runners holding another definition
+    when it was not written."""
+
+    job_name: str
+    fingerprint: str
+    label: str
+    current: str
+    appended: bool
+    valid_from: datetime | None
+    held_by: str | None
+
+    @property
+    def in_force(self) -> bool:
+        return self.fingerprint == self.current
+
+    def recorded(self) -> dict[str, str]:
+        """As runner.instances.definitions keeps it."""
+        return {"fingerprint": self.fingerprint, "schedule": self.label}
+
+
+def schedule_params(job: JobDef) -> dict[str, Any]:
+    """The columns of a job's schedule definition (runner.jobs, runner.job_schedules)."""
+    sched = job.schedule
+    return {
+        "job_name": job.name,
+        "schedule_kind": sched.kind,
+        "cron": sched.cron,
+        "every_interval": sched.every,
+        "timezone": sched.timezone,
+        "partitions": list(job.partitions) if isinstance(job.partitions, tuple) else None,
+        "dynamic_partitions": job.dynamic_partitions,
+    }
+
+
+def sync_schedule(conn: psycopg.Connection[Any], job: JobDef, instance: UUID | None = None,
+                  reassert: bool = False, fresh_for: float = 15.0,
+                  now: datetime | None = None) -> Definition | None:
+    """One call of ``runner.sync_schedule_v1`` (runner/history.py); None when the job is gone
+    or retired."""
+    row = conn.execute(Q["sync_schedule"], {**schedule_params(job), "instance": instance,
+                                            "reassert": reassert, "fresh_for": fresh_for,
+                                            "now": now}).fetchone()
+    if row is None:
+        return None
+    return Definition(job.name, row[0], row[1], row[2], bool(row[3]), _utc(row[4]), row[5])
+
+
+def definitions_behind(conn: psycopg.Connection[Any], instance: UUID) -> list[str]:
+    """The jobs whose definition this runner runs is not the one its history holds now."""
+    return [r[0] for r in conn.execute(Q["definitions_behind"], {"instance": instance}).fetchall()]
+
+
 def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
               now: datetime | None = None,
-              retention_default: Retention | None = None) -> dict[str, datetime]:
+              retention_default: Retention | None = None,
+              instance: UUID | None = None,
+              definitions: dict[str, Definition] | None = None,
+              fresh_for: float = 15.0) -> dict[str, datetime]:
     """Write the definitions into runner.jobs (and their schedule history), one transaction.
     Returns each job's tracked-range start (``track_from``). A job of ``jobs`` that an
     operator retired (runner retire) raises ``JobRetired`` and nothing is written. A job
-    without ``retention=`` gets ``retention_default`` (None: never pruned)."""
+    without ``retention=`` gets ``retention_default`` (None: never pruned).
+
+    The schedule history is written by ``runner.sync_schedule_v1`` (runner/history.py: a
+    definition is appended only when no live runner runs the one the history holds);
+    ``definitions``, when given, receives its answer for each job (``instance``: the runner
+    starting, which is not yet registered)."""
     tracked: dict[str, datetime] = {}
     with conn.transaction():
         _refuse_retired(conn, jobs)  # before anything is written (the transaction writes nothing)
         for job in sorted(jobs, key=lambda j: j.name):  # a fixed order: no deadlock between syncers
-            sched = job.schedule
             options = {
                 "owner": job.owner,
                 "paused_in_code": job.paused,
@@ -143,13 +206,7 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
             if job.misfire_tiers is not None:  # applied by runner/misfire.py, runner.tier_backfill_v1
                 options["misfire_tiers"] = job.misfire_tiers.as_options()
             params = {
-                "job_name": job.name,
-                "schedule_kind": sched.kind,
-                "cron": sched.cron,
-                "every_interval": sched.every,
-                "timezone": sched.timezone,
-                "partitions": list(job.partitions) if isinstance(job.partitions, tuple) else None,
-                "dynamic_partitions": job.dynamic_partitions,
+                **schedule_params(job),
                 "max_attempts": job.max_attempts,
                 "version": job.version,
                 "options": Jsonb(options, dumps=lambda o: json.dumps(o, sort_keys=True)),
@@ -162,7 +219,9 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
                 _refuse_retired(conn, [job])
             assert row is not None
             tracked[job.name] = _utc(row[2])
-            conn.execute(Q["record_schedule"], {"job_name": job.name, "now": now})
+            answer = sync_schedule(conn, job, instance, fresh_for=fresh_for, now=now)
+            if answer is not None and definitions is not None:
+                definitions[job.name] = answer
     return tracked
 
 
@@ -376,9 +435,11 @@ def relock_runs(conn: psycopg.Connection[Any], namespace: int,
 
 
 def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str,
-                      jobs: Sequence[str] = ()) -> None:
+                      jobs: Sequence[str] = (),
+                      definitions: Mapping[str, Definition] | None = None) -> None:
+    recorded = {name: d.recorded() for name, d in (definitions or {}).items()}
     conn.execute(Q["register_instance"], {**owner.params(), "runner_version": runner_version,
-                                          "jobs": list(jobs)})
+                                          "jobs": list(jobs), "definitions": Jsonb(recorded)})
 
 
 def live_instances(conn: psycopg.Connection[Any], namespace: int,

@@ -59,7 +59,7 @@ from uuid import uuid4
 
 import psycopg
 
-from runner import __version__, conditions, gapscan, ledger, retention
+from runner import __version__, conditions, gapscan, history, ledger, retention
 from runner.duties import Duties, Duty, on_own_connection
 from runner.events import event
 from runner.jobs import JobDef, JobSource
@@ -145,11 +145,17 @@ class Worker:
         except BaseException:
             self.session.abandon()
             raise
+        # the schedule history is appended only if no live runner runs the definition it
+        # holds (runner/history.py); each job's definition is recorded with this instance
+        definitions: dict[str, ledger.Definition] = {}
         tracked = ledger.sync_jobs(conn, list(self.jobs.values()),
-                                   retention_default=self.config.retention_default)
+                                   retention_default=self.config.retention_default,
+                                   instance=self.owner.instance, definitions=definitions,
+                                   fresh_for=3 * self.config.instance_heartbeat)
+        history.report(definitions)
         # registered as serving only the jobs whose live slots it claims: a slot's shares are
         # split among the processes that claim it
-        ledger.register_instance(conn, self.owner, __version__, list(self.live))
+        ledger.register_instance(conn, self.owner, __version__, list(self.live), definitions)
         self.claims.refresh_shares()
         self.session.measure_offset()
         self.executor.open(self.capacity.served.lanes)
@@ -245,7 +251,9 @@ class Worker:
         Lanes (runner/lanes.py): each served lane has its own handler slots, so these duties
         order the claims (realtime > correction > manual > bulk) without one lane taking
         another's threads; while live claims wait here, no other lane claims anything;
-        8. ``beats``, ``instance_beat``, ``clock``: liveness and the database clock's offset;
+        8. ``beats``, ``instance_beat``, ``history`` (every instance heartbeat), ``clock``:
+           liveness, this runner's schedule definitions re-asserted in the history
+           (runner/history.py), the database clock's offset;
         9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
         """
         poll = self.config.poll_interval
@@ -263,9 +271,15 @@ class Worker:
             Duty.of(self.lane),
             Duty.of(self.beats),
             Duty.of(self.instance_beat),
+            # this runner's schedule definitions back in the history once no live runner runs
+            # the one it holds (runner/history.py)
+            Duty("history", self._reassert_history, every=self.config.instance_heartbeat),
             Duty("clock", self.session.measure_offset, every=CLOCK_EVERY),
             Duty("prepare", claims.prepare),
         ], self.session.alive, on_failure=self._duty_failed, retry_after=poll)
+
+    def _reassert_history(self) -> None:
+        history.run_once(self.session.conn(), self.owner, self.jobs, 3 * self.config.instance_heartbeat)
 
     def _duty_failed(self, name: str) -> None:
         self.metrics.of(self.metrics.duty_failures, name).inc()

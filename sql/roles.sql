@@ -33,7 +33,10 @@
 --                    scan's watermarks: no direct write to gap_watermarks or gap_holes) and
 --                    runner.prune_v1 (retention by the stored policy, a batch at a time) and
 --                    runner.prune_instances_v1 (instance rows that stopped heartbeating long
---                    ago, revision 0016; the retention duty, not `runner prune`). No
+--                    ago, revision 0016; the retention duty, not `runner prune`) and
+--                    runner.sync_schedule_v1 (the schedule history, revision 0026: a row
+--                    the worker inserts itself is stamped, and one dated into the past is
+--                    reported by runner check as history_unexplained). No
 --                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
 --                    or runner.alembic_version, no UPDATE of a run's status, fence or attempt.
 --   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
@@ -151,7 +154,7 @@ BEGIN
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
-                            'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1')
+                            'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1', 'sync_schedule_v1')
         ORDER BY 1
     LOOP
         -- prune_v1 (retention, revision 0009) to both: the runners' background duty and
@@ -165,7 +168,7 @@ BEGIN
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
                                                'advance_watermarks_v1', 'advance_watermarks_v2',
-                                               'prune_instances_v1',
+                                               'prune_instances_v1', 'sync_schedule_v1',
                                                'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);
     END LOOP;

@@ -4,6 +4,7 @@ fence and ctx.db rules as sync handlers (runner/aio.py, runner/attempt.py: execu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -174,6 +175,41 @@ def test_timeout_cancels_the_task_and_the_attempt_ends_timed_out(db_url: str) ->
     # the cancelled statement is not still running on the server
     assert scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'"
                           " AND state = 'active' AND datname = current_database()") == 0
+    assert_ledger_clean(db_url)
+
+
+@pytest.mark.parametrize("how", ["swallows", "blocks"])
+def test_a_handler_that_ignores_its_timeout_and_returns_records_nothing(db_url: str, how: str) -> None:
+    """Suspicion (issue 26): an async handler that ignores its timeout and returns before
+    `timed_out` is recorded. It either catches the cancellation and returns at once
+    ("swallows"), or blocks its loop past the deadline (time.sleep) and then returns
+    ("blocks"): the runner gave up on the attempt at its timeout, so its ctx.db writes must
+    not commit and its return must not count as a success, whichever of the handler's
+    return and the recording of `timed_out` comes first. Every attempt is timed_out and the
+    run ends dead; nothing the handler wrote is kept."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE sink (attempt int)")
+    app = Runner()
+    returned: list[int] = []
+
+    @app.job("async-deaf", **one_late_slot(), timeout="0.3s", max_attempts=3, backoff=FAST)
+    async def handler(ctx: AsyncJobContext) -> None:
+        await ctx.db.execute("INSERT INTO sink VALUES (%s)", (ctx.attempt,))
+        if how == "swallows":
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(60)
+        else:
+            time.sleep(0.6)  # the classic mistake: the loop is blocked past the deadline
+        returned.append(ctx.attempt)
+
+    with running_worker(app, db_url) as worker:
+        eventually(lambda: count(db_url, "status = 'dead'") == 1, timeout=30,
+                   message="the run went dead, out of attempts")
+        eventually(lambda: len(returned) == 3, message="every attempt's handler returned")
+        assert worker.stats["timed_out"] == 3
+    assert rows(db_url, "SELECT attempt, status, error_class FROM runner.attempts ORDER BY attempt") == [
+        (1, "timed_out", "runner.Timeout"), (2, "timed_out", "runner.Timeout"), (3, "timed_out", "runner.Timeout")]
+    assert scalar(db_url, "SELECT count(*) FROM sink") == 0  # nothing it wrote committed
     assert_ledger_clean(db_url)
 
 

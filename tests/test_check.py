@@ -367,6 +367,63 @@ def test_stranded_run(conn: psycopg.Connection[Any]) -> None:
     assert len(found(conn)) == 3
 
 
+def test_effect_key_twice(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    """A confirmed key kept by retention (runner.effect_keys: its run was pruned) that
+    runner.effects holds again as sent or confirmed: it was sent twice (issue 26, defect 5).
+    A kept key alone, or planned again (announced, not sent), is not."""
+    sync(conn)
+    s = slots_of(conn)
+    settle(conn)
+    run, _ = make_run(conn, "job", s[0] - HOUR, attempts=(("succeeded", "backfill"),), trigger="backfill")
+    conn.execute("INSERT INTO runner.effect_keys (effect_key, job_name, confirmed_at)"
+                 " VALUES ('job|mail', 'job', now() - interval '3 days')")
+    assert kinds(conn) == set()
+    conn.execute("INSERT INTO runner.effects (effect_key, run_id, job_name, status, attempt, fence, send_count)"
+                 " VALUES ('job|mail', %s, 'job', 'planned', 1, 1, 0)", (run,))
+    assert kinds(conn) == set()
+    conn.execute("UPDATE runner.effects SET status = 'confirmed', send_count = 1, sent_at = now(),"
+                 " confirmed_at = now(), confirmed_by = 'send' WHERE effect_key = 'job|mail'")
+    assert found(conn) == {("effect_key_twice", "job", s[0] - HOUR, "", run, None)}
+    out = run_cli("check", "--json", url=db_url)
+    assert out.returncode == 1, out.stderr
+    [row] = json.loads(out.stdout)
+    assert row["invariant"] == "effect_key_twice" and row["detail"]["effect_key"] == "job|mail"
+    assert row["detail"]["status"] == "confirmed" and row["detail"]["kept_job"] == "job"
+
+
+def test_history_unexplained(db_url: str, conn: psycopg.Connection[Any], db_roles: Any) -> None:
+    """Issue 28, point 1, as the audit sees it: a worker login dates a schedule "every 100
+    years" a second after track_from, so the gap scan no longer expects the slots missed
+    since. Every history row is stamped when written (revision 0026_history): that row is
+    reported as history_unexplained, and `runner check` exits 1. Not reported: the rows of a
+    runner's sync, and a worker's plain append in force from now of the job's synced
+    definition (what a runner of revision 0025 writes)."""
+    db_roles.apply(db_url)
+    track_from = sync(conn)
+    s = slots_of(conn)
+    settle(conn, skip=(s[1], s[2]))  # two missed slots, listed by the gap scan
+    assert kinds(conn) == set()
+    listed = conn.execute("SELECT count(*) FROM runner.missing_slots").fetchone()
+    assert listed == (2,)
+    worker = db_roles.url(db_url, "worker")
+    with psycopg.connect(worker, autocommit=True) as w:
+        # a runner of 0025 changing the schedule: runner.jobs, then the history from now
+        w.execute("UPDATE runner.jobs SET every_interval = '2 hours' WHERE job_name = 'job'")
+        w.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+                  " timezone) VALUES ('job', now() + interval '1 second', 'every', '2 hours', 'UTC')")
+    assert kinds(conn) == set()
+    with psycopg.connect(worker, autocommit=True) as w:
+        w.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+                  " timezone) VALUES ('job', %s, 'every', '100 years', 'UTC')", (track_from + timedelta(seconds=1),))
+    assert conn.execute("SELECT count(*) FROM runner.missing_slots").fetchone() == (0,)  # hidden
+    assert found(conn) == {("history_unexplained", "job", track_from + timedelta(seconds=1), None, None, None)}
+    out = run_cli("check", "--json", url=db_url)
+    assert out.returncode == 1, out.stderr
+    [row] = json.loads(out.stdout)
+    assert row["invariant"] == "history_unexplained" and row["detail"]["explained_by"] is None
+    assert row["detail"]["schedule"] == "every 100 years UTC"
+
+
 def test_every_invariant_is_named_in_the_sql_the_module_and_the_readme() -> None:
     import re
 

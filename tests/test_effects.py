@@ -23,7 +23,7 @@ from runner.effects import Q, lookup
 from runner.errors import AttemptTimedOut, UnresolvedEffect
 from runner.ledger import Owner, SlotClaim
 from runner.schedule import idempotency_key
-from tests.support import eventually, one_late_slot, rows, scalar
+from tests.support import assert_ledger_clean, eventually, one_late_slot, rows, run_cli, scalar
 from tests.test_worker import FAST, running
 
 EFFECT_COLUMNS = "status, send_count, attempt, fence, confirmed_by, result, error"
@@ -490,3 +490,60 @@ def test_longest_key_is_stored(ctx: JobContext, db_url: str) -> None:
     key = "é" * 1000  # 2000 bytes
     assert ctx.effect(key, lambda: 1) == 1
     assert scalar(db_url, "SELECT octet_length(effect_key) FROM runner.effects") == 2000
+
+
+# -- retention (issue 26, defect 5) --------------------------------------------------------------
+
+
+def test_a_confirmed_key_is_not_sent_again_after_its_run_was_pruned(db_url: str) -> None:
+    """Issue 26, defect 5: retention deleted a pruned run's effects, so running its slot
+    again (a backfill --force) sent the confirmed key a second time. The handler runs for a
+    slot three days back (the real claim, attempt and outcome: runner.testing.run_once), its
+    effect is confirmed; the run ages past its retention and `runner prune` deletes it; a
+    forced backfill of that slot runs the handler again in a real loop: the key is still
+    confirmed (runner.effect_keys), `send` is not called again, and the audit is clean."""
+    from runner import backfill
+    from runner.testing import run_once
+
+    slot = datetime.now(UTC).replace(hour=3, minute=0, second=0, microsecond=0) - timedelta(days=3)
+    app = Runner()
+    sends: Counter[str] = Counter()
+    got: list[tuple[str, Any]] = []
+
+    @app.job("pruned-mail", cron="0 3 * * *", retention="1h", track_from=slot, misfire="skip")
+    def handler(ctx: JobContext) -> None:
+        key = f"{ctx.idempotency_key}:mail"
+
+        def send() -> dict[str, str]:
+            sends[key] += 1
+            return {"message_id": "m-1"}
+
+        got.append((key, ctx.effect(key, send)))
+
+    first = run_once(app, "pruned-mail", slot, db_url)
+    key = next(iter(sends))
+    assert first.status == "succeeded" and sends[key] == 1 and got == [(key, {"message_id": "m-1"})]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # the run ages past its retention (it finished just now): as if it had run at its slot
+        conn.execute("UPDATE runner.job_runs SET started_at = %s, finished_at = %s", (slot, slot))
+        conn.execute("SELECT runner.advance_watermarks_v1()")
+    out = run_cli("prune", url=db_url)
+    assert out.returncode == 0, out.stderr
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE schedule_slot = %s", (slot,)) == 0
+    assert effect_row(db_url, key) is None
+    assert rows(db_url, "SELECT job_name, confirmed_at IS NOT NULL FROM runner.effect_keys"
+                        " WHERE effect_key = %s", (key,)) == [("pruned-mail", True)]
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        spec = backfill.Spec("pruned-mail", slot, slot + timedelta(seconds=1), force=True)
+        plan = backfill.create(conn, backfill.plan(conn, app.jobs["pruned-mail"], spec), "defect 5", "tester")
+    plan_id = plan["backfill"]["id"]
+    with running(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT status FROM runner.backfills WHERE id = %s", (plan_id,))
+                   == "completed", timeout=30, message="the forced backfill of the pruned slot ran")
+    assert scalar(db_url, "SELECT status FROM runner.job_runs WHERE schedule_slot = %s", (slot,)) == "succeeded"
+    assert sends[key] == 1, f"the confirmed key was sent {sends[key]} times"
+    # confirmed by the pruned run: ctx.effect returns no result (only the key is kept)
+    assert [r for k, r in got if k == key] == [{"message_id": "m-1"}, None]
+    assert effect_row(db_url, key) is None  # nothing recorded again under the kept key
+    assert_ledger_clean(db_url, since=slot + timedelta(seconds=1))

@@ -28,6 +28,7 @@ class Active:
     run: ClaimedRun
     ctx: RunContext  # a JobContext, or an AsyncJobContext for an async def handler
     deadline: float | None = None  # monotonic; set when the handler begins (job.timeout)
+    finishing: bool = False  # the handler returned and its success is being recorded
 
 
 Key = tuple[int, int]  # (run id, fence)
@@ -60,6 +61,18 @@ class Attempts:
             if active is not None:
                 active.deadline = deadline
 
+    def finishing(self, run: ClaimedRun) -> bool:
+        """A handler returned and is about to record its success (runner/attempt.py
+        ``_given_up``): False if the runner gave up on the attempt first (its timed_out or
+        released outcome is recorded instead, and the success is not), else True, and from
+        then on the timeout no longer applies to it."""
+        with self.lock:
+            active = self._active.get((run.id, run.fence))
+            if active is None or active.ctx._cancelled:
+                return False
+            active.finishing = True
+            return True
+
     def end(self, run: ClaimedRun) -> bool:
         """The attempt's handler ended: False when the runner gave up on it meanwhile."""
         with self.lock:
@@ -68,7 +81,8 @@ class Attempts:
     def overdue(self, now: float) -> list[Active]:
         """The attempts past their deadline, taken out."""
         with self.lock:
-            overdue = [a for a in self._active.values() if a.deadline is not None and now >= a.deadline]
+            overdue = [a for a in self._active.values()
+                       if a.deadline is not None and now >= a.deadline and not a.finishing]
             for a in overdue:
                 del self._active[(a.run.id, a.run.fence)]
         return overdue

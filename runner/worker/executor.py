@@ -20,6 +20,7 @@ replacement thread, and whatever the late handler tries to record is refused.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -235,6 +236,7 @@ class Executor:
             ctx = actx = aloop.context(run, job)
         else:
             ctx = JobContext(run, job, pool, self.control)
+        ctx._may_finish = functools.partial(self.attempts.finishing, run)
         self.attempts.add(run, ctx)
         self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
         event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,

@@ -79,6 +79,25 @@
 --                            unfinished backfill plan: no claim statement will ever start it
 --                            (claim_due_runs needs next_attempt_at; only the backfill lane
 --                            starts runs without one, and only those of its live plans).
+--   effect_key_twice         a confirmed effect key recorded twice: a key kept in
+--                            runner.effect_keys (confirmed by a run that retention pruned,
+--                            runner.prune_v1) that runner.effects holds again as sent,
+--                            confirmed, failed or unknown, i.e. it was sent again after its
+--                            run was pruned (runner/effects.py never does: get_effect reads
+--                            the kept keys, mark_sent refuses them). In runner.effects itself
+--                            a key is unique (effects_key).
+--   history_unexplained      a schedule history row (runner.job_schedules) that no runner's
+--                            sync, re-assertion or definition explains. Every row is stamped
+--                            when written (the trigger job_schedules_stamp, revision
+--                            0026_history: fingerprint, recorded_at, explained_by). Reported:
+--                            a row left unexplained by its stamp (written by a role that is
+--                            not the schema owner, outside runner.sync_schedule_v1, and
+--                            either dated before it was written -- a back-dated row hides
+--                            missed slots from the gap scan and this audit, issue 28 point 1
+--                            -- or not the job's definition in runner.jobs); a 'sync' or
+--                            'append' row dated before it was recorded; a row whose stored
+--                            fingerprint is not its definition's. Rows written before 0026
+--                            are trusted as they were. slot = the row's valid_from.
 --
 -- Cost: the run and attempt invariants read the ledger's runs and attempts (at or after
 -- `since`); unlisted_gap expands every expected slot since greatest(track_from, since) --
@@ -314,6 +333,42 @@ FROM (
     WHERE r.status IN ('pending', 'failed') AND r.next_attempt_at IS NULL
       AND b.status IS DISTINCT FROM 'planned' AND b.status IS DISTINCT FROM 'running'
       AND b.status IS DISTINCT FROM 'paused'
+
+    UNION ALL
+    -- a confirmed effect key recorded again after its run was pruned: the key is kept in
+    -- runner.effect_keys, and runner.effects holds it sent, confirmed, failed or unknown
+    SELECT 'effect_key_twice', e.job_name, r.schedule_slot, e.partition_key, e.run_id, NULL,
+           jsonb_build_object('effect_key', e.effect_key, 'kept_confirmed_at', k.confirmed_at,
+                              'kept_job', k.job_name, 'status', e.status, 'send_count', e.send_count,
+                              'sent_at', e.sent_at, 'confirmed_at', e.confirmed_at)
+    FROM runner.effect_keys k
+    JOIN runner.effects e ON e.effect_key = k.effect_key
+    LEFT JOIN runner.job_runs r ON r.id = e.run_id
+    WHERE e.status <> 'planned'
+      AND (check_v1.since IS NULL OR coalesce(e.sent_at, e.updated_at) >= check_v1.since)
+
+    UNION ALL
+    -- a schedule history row nothing explains (its stamp, revision 0026_history)
+    SELECT 'history_unexplained', s.job_name, s.valid_from, NULL, NULL, NULL,
+           jsonb_build_object('valid_from', s.valid_from, 'recorded_at', s.recorded_at,
+                              'explained_by', s.explained_by, 'fingerprint', s.fingerprint,
+                              'schedule', runner.schedule_label_v1(s.schedule_kind, s.cron, s.every_interval,
+                                                                    s.timezone, s.partitions,
+                                                                    s.dynamic_partitions),
+                              'problem', CASE
+                                  WHEN s.fingerprint IS DISTINCT FROM f.fp
+                                      THEN 'its fingerprint is not its definition''s (changed after it was written)'
+                                  WHEN s.explained_by IS NULL
+                                      THEN 'written by a role that is not the schema owner, neither by a runner''s sync nor in force from when it was written as the job''s synced definition'
+                                  ELSE 'a sync dated before it was recorded' END)
+    FROM runner.job_schedules s
+    CROSS JOIN LATERAL (SELECT runner.schedule_fingerprint_v1(s.schedule_kind, s.cron, s.every_interval,
+                                                              s.timezone, s.partitions,
+                                                              s.dynamic_partitions) AS fp) f
+    WHERE (s.explained_by IS NULL
+           OR s.fingerprint IS DISTINCT FROM f.fp
+           OR (s.explained_by IN ('sync', 'append') AND s.valid_from < s.recorded_at))
+      AND (check_v1.since IS NULL OR s.valid_from >= check_v1.since OR s.recorded_at >= check_v1.since)
 ) AS v
 ORDER BY v.invariant, v.job_name, v.schedule_slot, v.partition_key NULLS FIRST, v.run_id, v.attempt_id
 $$;

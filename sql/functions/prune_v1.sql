@@ -3,6 +3,11 @@
 -- go, oldest slot first, and returns each as one row (the run, its attempts and its effects
 -- as JSON: `runner prune --archive-*` copies them before the transaction commits). With
 -- dry_run, returns what would go and deletes nothing. runner.requests is never touched.
+-- What outlives a pruned run (revision 0026_history): each confirmed effect key, compactly
+-- (runner.effect_keys: key, job, confirmed_at), so the effect log never sends it again
+-- whatever run asks later (a backfill --force of the slot, a rerun); and each effect whose
+-- delivery is unknown (sent, unknown), whose row stays in runner.effects with run_id NULL
+-- (its check must resolve it before it is sent again). Planned and failed effects go.
 --
 -- Policy: runner.jobs.options -> 'retention' as synced from the code (the job's retention=,
 -- else the runner's --retention-default): {"succeeded_seconds": S, "failed_seconds": F}, F
@@ -198,8 +203,18 @@ BEGIN
             ), effs AS (
                 SELECT e.run_id, jsonb_agg(to_jsonb(e) ORDER BY e.id) AS list
                 FROM runner.effects e WHERE e.run_id = ANY (ids) GROUP BY e.run_id
+            ), kept_keys AS (
+                -- confirmed keys outlive their run (revision 0026_history): never sent again
+                INSERT INTO runner.effect_keys (effect_key, job_name, confirmed_at)
+                SELECT e.effect_key, e.job_name, e.confirmed_at
+                FROM runner.effects e
+                WHERE NOT dry_run AND e.run_id = ANY (ids) AND e.status = 'confirmed'
+                ON CONFLICT (effect_key) DO NOTHING
             ), gone_effects AS (
-                DELETE FROM runner.effects e WHERE NOT dry_run AND e.run_id = ANY (ids)
+                -- a key whose delivery is unknown (sent, unknown) stays, its run_id NULL: it
+                -- must still be resolved by a check before anything is sent again
+                DELETE FROM runner.effects e
+                WHERE NOT dry_run AND e.run_id = ANY (ids) AND e.status IN ('planned', 'failed', 'confirmed')
             ), gone AS (
                 -- attempts go with their run (ON DELETE CASCADE)
                 DELETE FROM runner.job_runs r WHERE NOT dry_run AND r.id = ANY (ids)

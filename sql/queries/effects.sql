@@ -9,9 +9,17 @@
 -- instead.
 
 -- name: get_effect
+-- The key's row; a key confirmed by a run that retention pruned (runner.effect_keys, revision
+-- 0026_history) reads as confirmed, with no result (only the key is kept), whatever else says.
+SELECT 'confirmed' AS status, 1 AS send_count, NULL::jsonb AS result, NULL::bigint AS run_id,
+       1 AS attempt, 1::bigint AS fence, NULL::text AS stage
+FROM runner.effect_keys
+WHERE effect_key = %(effect_key)s
+UNION ALL
 SELECT status, send_count, result, run_id, attempt, fence, stage
 FROM runner.effects
 WHERE effect_key = %(effect_key)s
+  AND NOT EXISTS (SELECT 1 FROM runner.effect_keys k WHERE k.effect_key = %(effect_key)s)
 
 -- name: plan_effect
 -- Announce an effect (status 'planned') if its key is new. Returns whether the attempt
@@ -30,6 +38,7 @@ WITH clock AS (
     SELECT %(effect_key)s, run.id, %(job_name)s, %(partition_key)s, %(stage)s, 'planned',
            %(attempt)s, %(fence)s, 0, c.now, c.now
     FROM run CROSS JOIN clock c
+    WHERE NOT EXISTS (SELECT 1 FROM runner.effect_keys k WHERE k.effect_key = %(effect_key)s)
     ON CONFLICT (effect_key) DO NOTHING
     RETURNING id
 )
@@ -55,6 +64,8 @@ WITH clock AS (
     SELECT %(effect_key)s, run.id, %(job_name)s, %(partition_key)s, %(stage)s, 'sent',
            %(attempt)s, %(fence)s, 1, c.now, c.now, c.now
     FROM run CROSS JOIN clock c
+    -- a key confirmed by a pruned run is never sent again (runner.effect_keys)
+    WHERE NOT EXISTS (SELECT 1 FROM runner.effect_keys k WHERE k.effect_key = %(effect_key)s)
     ON CONFLICT (effect_key) DO UPDATE
     SET status = 'sent',
         send_count = e.send_count + 1,
@@ -69,6 +80,7 @@ WITH clock AS (
         sent_at = EXCLUDED.sent_at,
         updated_at = EXCLUDED.updated_at
     WHERE e.status = %(seen_status)s::text AND e.send_count = %(seen_send_count)s::integer
+      AND NOT EXISTS (SELECT 1 FROM runner.effect_keys k WHERE k.effect_key = %(effect_key)s)
     RETURNING e.send_count
 )
 SELECT EXISTS (SELECT 1 FROM run) AS owned, (SELECT send_count FROM sent) AS send_count

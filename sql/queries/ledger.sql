@@ -9,7 +9,7 @@ SELECT version_num FROM runner.alembic_version
 
 -- name: sync_job
 -- Upsert one job definition; the row lock it takes serialises concurrent syncs of the same
--- job, so record_schedule (same transaction) sees the other syncer's history row. An existing
+-- job, so sync_schedule (same transaction) sees the other syncer's history row. An existing
 -- job's paused flag is the operators' (runner pause/resume): never written here.
 INSERT INTO runner.jobs AS j (
     job_name, schedule_kind, cron, every_interval, timezone, partitions, dynamic_partitions,
@@ -38,31 +38,33 @@ ON CONFLICT (job_name) DO UPDATE SET
 WHERE j.retired_at IS NULL
 RETURNING job_name, paused, track_from
 
--- name: record_schedule
--- Append to the schedule history when the schedule differs from the one last in force.
--- The first entry starts at the job's tracked range; later ones at the change.
-INSERT INTO runner.job_schedules (
-    job_name, valid_from, schedule_kind, cron, every_interval, timezone, partitions,
-    dynamic_partitions)
-SELECT j.job_name,
-       CASE WHEN last.valid_from IS NULL THEN j.track_from
-            ELSE greatest(coalesce(%(now)s::timestamptz, now()), last.valid_from + interval '1 microsecond')
-       END,
-       j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions, j.dynamic_partitions
-FROM runner.jobs j
+-- name: sync_schedule
+-- The job's schedule history for this definition (runner/history.py: appended, left as it is,
+-- or held by a live runner of another definition). A start passes reassert false, in the
+-- transaction of its sync_job; the history duty of a running runner passes true, on its
+-- lock session. One row (none: the job is gone or retired).
+SELECT fingerprint, label, current_fingerprint, appended, valid_from, held_by
+FROM runner.sync_schedule_v1(
+    job_name => %(job_name)s, schedule_kind => %(schedule_kind)s, cron => %(cron)s,
+    every_interval => %(every_interval)s::interval, timezone => %(timezone)s,
+    partitions => %(partitions)s::text[], dynamic_partitions => %(dynamic_partitions)s,
+    instance => %(instance)s::uuid, reassert => %(reassert)s, fresh_for => %(fresh_for)s,
+    as_of => %(now)s::timestamptz)
+
+-- name: definitions_behind
+-- The jobs whose definition this runner runs (runner.instances.definitions) is not the one
+-- its schedule history holds now (runner/history.py re-asserts them).
+SELECT d.key AS job_name, h.fingerprint AS current_fingerprint
+FROM runner.instances i
+CROSS JOIN LATERAL jsonb_each(coalesce(i.definitions, '{}'::jsonb)) AS d(key, value)
+JOIN runner.jobs j ON j.job_name = d.key AND j.retired_at IS NULL
 LEFT JOIN LATERAL (
-    SELECT s.* FROM runner.job_schedules s
-    WHERE s.job_name = j.job_name
-    ORDER BY s.valid_from DESC
-    LIMIT 1
-) last ON true
-WHERE j.job_name = %(job_name)s
-  AND (last.valid_from IS NULL
-       OR (last.schedule_kind, last.cron, last.every_interval, last.timezone, last.partitions,
-           last.dynamic_partitions)
-          IS DISTINCT FROM
-          (j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
-           j.dynamic_partitions))
+    SELECT s.fingerprint FROM runner.job_schedules s
+    WHERE s.job_name = d.key ORDER BY s.valid_from DESC LIMIT 1
+) h ON true
+WHERE i.instance_id = %(instance)s
+  AND h.fingerprint IS DISTINCT FROM d.value ->> 'fingerprint'
+ORDER BY d.key
 
 -- name: schedules_since
 -- Since when each job's current schedule is in force (its newest runner.job_schedules row):
@@ -319,9 +321,12 @@ FROM (SELECT x.id FROM runner.attempts x
 WHERE a.id = free.id
 
 -- name: register_instance
-INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version, jobs)
+-- definitions: {job: {"fingerprint", "schedule"}} of each job in this runner's code
+-- (runner/history.py): the runners of another definition read them
+INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version, jobs,
+                              definitions)
 VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runner_version)s,
-        %(jobs)s::text[])
+        %(jobs)s::text[], %(definitions)s::jsonb)
 
 -- name: live_instances
 -- The runner processes that share out slots: not stopped, heartbeat fresh, same lock

@@ -50,6 +50,10 @@
 --              not checked) decided missed slots whose work is still open: the plan it
 --              created is not finished, or its runs still await approval. One row per job,
 --              tier and plan (runner.misfire_decisions, revision 0012)
+--   definition_conflict  live runners run different definitions of one job's schedule (two
+--              code versions: a rollout under way, or an old version restarted during it): the
+--              detail names each fingerprint with its schedule and the runners that run it, and
+--              which one the schedule history holds (runner/history.py)
 --   bad_setting       a setting this view reads is set (ALTER DATABASE/ROLE ... SET, SET) to
 --              something it cannot use: runner.job_not_in_code_after not an interval above
 --              zero and at most 100 years in the forms runner.interval_setting_v1 reads
@@ -89,5 +93,7 @@ UNION ALL
 SELECT * FROM runner.alert_job_not_in_code
 UNION ALL
 SELECT * FROM runner.alert_misfire_tier
+UNION ALL
+SELECT * FROM runner.alert_definition_conflict
 UNION ALL
 SELECT * FROM runner.alert_bad_setting;
