@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from runner import verification
+from runner import policies, verification
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval, parse_schedule
 from runner.tiers import MisfireTiers, TierError, tiers
@@ -31,7 +31,7 @@ PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
 VerifyFn: TypeAlias = Callable[[Any, datetime, datetime, str], object]
 
 _MAX_NAME = 200
-MISFIRE_POLICIES = ("skip", "coalesce", "replay", "manual")
+MISFIRE_POLICIES = policies.SINGLE  # the registry (runner/policies.py)
 OVERLAP_POLICIES = ("allow", "skip", "wait")
 LANE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # runner.lanes (revision 0011_lanes)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -645,7 +645,7 @@ class Worker:
         ranges = self._late.setdefault(job_name, [])
         if first is not None and ranges and ranges[-1].first is not None \
                 and ranges[-1].first <= first <= ranges[-1].last:
-            ranges[-1].last = max(ranges[-1].last, last)  # already handed over (overlapping)
+            ranges[-1].extend(last)  # already handed over (overlapping)
             return
         ranges.append(misfire.LateRange(first, last))
 

@@ -17,6 +17,8 @@ runners decide once). Ranges come from:
 Because a range is fixed, on-time claims made meanwhile (after ``last``) cannot hide late
 slots, and every batch of a range decides against the same newest slot. Policies:
 
+The policies are registered in runner/policies.py (one entry each):
+
 * ``skip``: each late slot × partition is recorded ``skipped``, with the reason.
 * ``coalesce`` (the default): one run per partition, at the range's newest slot, whose
   window is widened to start where the oldest late window of that partition started; the
@@ -32,9 +34,22 @@ slots, and every batch of a range decides against the same newest slot. Policies
 * ``manual``: every late slot is held as ``awaiting_approval`` until an operator approves
   (``runner approve``) or skips (``runner skip``) it.
 
-Slots that fell due while the job was paused (runner.job_pauses, kept by a trigger on
-runner.jobs) are not late: they are left to the gap scan (a backfill or ``runner skip``
-decides them), and nothing is decided for a job while it is paused.
+**Which slots are decided: expected ones.** A range is decided only at the job's *expected*
+slots, as one SQL definition gives them (runner.expected_slots_v1 on
+runner.expected_spans_v1, sql/functions): the slots of the job's schedule history that are
+tracked (at or after ``track_from``), not retired (not between a ``runner retire`` and its
+``runner unretire``), not paused (not between a ``runner pause`` and its ``resume``) and due.
+This module never re-derives a pause or a retirement itself. So:
+
+* slots that fell due while the job was paused are not late: they are left to the gap scan
+  (a backfill or ``runner skip`` decides them), and nothing is decided for a job while it is
+  paused;
+* slots between a retirement and its end are never decided, whatever the policy (a runner
+  started after ``runner unretire`` finds its downtime reaching back before the retirement);
+* a misfire tier's *lateness* is the range's outage: the expected time from its oldest slot
+  to now, leaving out paused and retired time (a pause is not an outage);
+* a range's newest expected slot, where a coalesce runs, and the slots a replay runs are
+  fixed on its first pass (again when the loop extends the range).
 
 Partitions come from the slot's fan-out (runner/fanout.py): static ones, or the set a
 dynamic job recorded when the slot was first fanned out (computed and recorded here if it
@@ -47,8 +62,9 @@ job's ``verify`` over the replayed range, recording the outcome on the plan
 (``runner backfill show``).
 
 A job with ``misfire=tiers(...)`` (runner/tiers.py) has its policy chosen per range, by the
-range's lateness (how late its oldest slot is when the range is first decided, fixed for the
-whole range): ``skip``, ``catch_up`` (every slot, as replay runs them), ``coalesce`` and
+range's lateness (how long the job has been missing -- expected, not paused or retired, time --
+since the range's oldest slot when the range is first decided, fixed for the whole range):
+``skip``, ``catch_up`` (every slot, as replay runs them), ``coalesce`` and
 ``approve`` (held, as ``manual``) are decided here as above; ``backfill`` writes no run itself:
 it hands the range's slot x partitions that have no run, under the same row lock, to
 ``runner.tier_backfill_v1``, which creates one audited plan over them (at most
@@ -69,12 +85,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from runner import conditions
+from runner import conditions, policies
 from runner.app import JobDef
 from runner.events import event
 from runner.fanout import plan_slot
@@ -89,9 +105,6 @@ BQ = queries("backfill")  # a plan's pause statements: one way to pause a plan
 BATCH = 1000
 UNSETTLED_LIMIT = 10_000  # runs with effects of unknown delivery read for a side-effects check
 TIER_PLAN_BATCH = 100_000  # slot x partitions in one plan of a backfill tier
-# a tier's action as the policy that decides its rows (backfill: a plan, not rows)
-_TIER_POLICY = {"skip": "skip", "catch_up": "catch_up", "coalesce": "coalesce",
-                "approve": "manual", "backfill": "backfill"}
 EPSILON = timedelta(microseconds=1)
 
 
@@ -126,6 +139,18 @@ class LateRange:
     first: datetime | None
     last: datetime
     ruling: Ruling | None = None  # misfire tiers: fixed when the range is first decided
+    # fixed on the range's first pass: its newest expected slot (where a coalesce runs), and
+    # the slots a replay runs
+    decided: bool = False
+    newest: datetime | None = None
+    replayed: set[datetime] = field(default_factory=set)
+
+    def extend(self, last: datetime) -> None:
+        """More late slots after ``last``: the range now ends there (its newest expected slot
+        and replayed slots are found again on the next pass; a tier ruling stays)."""
+        if last > self.last:
+            self.last = last
+            self.decided = False
     # a coalesce tier of a job with side effects: the newest slot of the range not held for
     # its own effects (the run that covers the others); fixed with the ruling
     target: datetime | None = None
@@ -219,27 +244,44 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
             late.first = sched.next_after(since - EPSILON)
         if late.first is None or late.first > late.last:
             return result
-        pauses = conn.execute(Q["pauses"], {"job_name": job.name, "first": late.first,
-                                            "last": late.last}).fetchall()
+        if not late.decided:  # the range's first pass: what is fixed for the whole range
+            late.decided = True
+            expected = _expected(conn, job, late.first, late.last, now)
+            late.newest = expected[-1] if expected else None
+            if job.misfire == "replay":
+                late.replayed = _replay_set(job, expected, now)
+        if late.newest is None or late.newest < late.first:
+            return result  # nothing expected is left in the range (paused, retired)
         policy, label = job.misfire, f"misfire={job.misfire}"
-        newest = late.last  # the slot a coalesced range runs at
+        newest = late.newest  # the slot a coalesced range runs at
         if job.misfire_tiers is not None:
             if late.ruling is None:
-                late.ruling = _rule(conn, job, now - late.first)
+                late.ruling = _rule(conn, job, _outage(conn, job, late.first, now))
                 if late.ruling.unsettled and late.ruling.action == "coalesce":
-                    late.target = _coalesce_target(conn, job, late, pauses)
-            policy, label = _TIER_POLICY[late.ruling.action], late.ruling.label
+                    late.target = _coalesce_target(conn, job, late, now)
+            policy, label = policies.by_tier_action(late.ruling.action).name, late.ruling.label
             if policy == "backfill":
                 batch = max(batch, TIER_PLAN_BATCH)
             if late.ruling.unsettled and late.ruling.action == "coalesce":
-                newest = late.target or late.last
-        replayed = _replay_set(job, late, now) if policy == "replay" else set()
+                newest = late.target or late.newest
+        replayed = late.replayed if policy == "replay" else set()
+        # this pass looks at the next `batch` slots of the schedule at most, and decides the
+        # expected ones among them (runner.expected_slots_v1) until about `batch` rows
+        window_end = late.first
+        for _ in range(batch - 1):
+            following = sched.next_after(window_end)
+            if following > late.last:
+                break
+            window_end = following
         candidates: list[_Row] = []
-        slot = late.first
-        while slot <= late.last and len(candidates) < batch:
-            if not any(lo <= slot < hi for lo, hi in pauses):
-                candidates.extend(_decide(conn, job, slot, newest, replayed, now, policy, label))
-            slot = sched.next_after(slot)
+        slot: datetime | None = None
+        for expected_slot in _expected(conn, job, late.first, window_end, now):
+            if len(candidates) >= batch:
+                slot = expected_slot
+                break
+            candidates.extend(_decide(conn, job, expected_slot, newest, replayed, now, policy, label))
+        if slot is None:
+            slot = sched.next_after(window_end)
         result.more = slot <= late.last
         result.next_first = slot if result.more else None
         late.first = slot
@@ -304,33 +346,50 @@ def _hold_unsettled(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row]
     return kept
 
 
+def _expected(conn: psycopg.Connection[Any], job: JobDef, first: datetime, last: datetime,
+              now: datetime) -> list[datetime]:
+    """The job's expected slots in [first, last], oldest first: runner.expected_slots_v1
+    (tracked, not retired, not paused, due), the one definition; never re-derived here."""
+    # in UTC, as runner/schedule.py gives slots (the session's zone is the caller's: a window
+    # callable must see the same datetime either way)
+    return [r[0].astimezone(UTC) for r in conn.execute(Q["expected_slots"], {
+        "job_name": job.name, "first": first, "last": last, "now": now}).fetchall()]
+
+
+def _outage(conn: psycopg.Connection[Any], job: JobDef, since: datetime, now: datetime) -> timedelta:
+    """How long the job has been missing since ``since``: the expected time (not paused, not
+    retired, tracked: runner.expected_spans_v1) between it and now. A tier's lateness."""
+    row = conn.execute(Q["outage"], {"job_name": job.name, "since": since, "now": now}).fetchone()
+    assert row is not None
+    value: timedelta = row[0]
+    return value
+
+
 def _coalesce_target(conn: psycopg.Connection[Any], job: JobDef, late: LateRange,
-                     pauses: Sequence[tuple[datetime, datetime]]) -> datetime | None:
-    """The newest slot of the range that is not held for its own effects: the coalescing run
-    goes there (a held slot cannot cover the others). None: every slot is held."""
+                     now: datetime) -> datetime | None:
+    """The newest expected slot of the range that is not held for its own effects: the
+    coalescing run goes there (a held slot cannot cover the others). None: every slot is held."""
     assert late.ruling is not None and late.first is not None
-    slot = job.schedule.latest_at_or_before(late.last)
-    while slot >= late.first:
-        if not any(lo <= slot < hi for lo, hi in pauses):
-            plan = plan_slot(conn, job, slot)
-            if plan.error is None and plan.window_start is not None and plan.window_end is not None:
-                keys = [idempotency_key(job.name, plan.window_start, plan.window_end, p, job.version)
-                        for p in plan.partitions]
-                if late.ruling.held_for(slot, keys) is None:
-                    return slot
-        slot = job.schedule.prev_before(slot)
+    for slot in reversed(_expected(conn, job, late.first, late.last, now)):
+        plan = plan_slot(conn, job, slot)
+        if plan.error is None and plan.window_start is not None and plan.window_end is not None:
+            keys = [idempotency_key(job.name, plan.window_start, plan.window_end, p, job.version)
+                    for p in plan.partitions]
+            if late.ruling.held_for(slot, keys) is None:
+                return slot
     return None
 
 
-def _replay_set(job: JobDef, late: LateRange, now: datetime) -> set[datetime]:
+def _replay_set(job: JobDef, expected: Sequence[datetime], now: datetime) -> set[datetime]:
+    """The slots a replay runs: the newest ``max_catch_up`` expected slots of the range younger
+    than ``max_catch_up_age``; the others are held for approval."""
     chosen: set[datetime] = set()
-    slot = job.schedule.latest_at_or_before(late.last)
-    first = late.first or late.last
-    while slot >= first and len(chosen) < job.max_catch_up:
+    for slot in reversed(expected):
+        if len(chosen) >= job.max_catch_up:
+            break
         if job.max_catch_up_age is not None and now - slot > job.max_catch_up_age:
             break
         chosen.add(slot)
-        slot = job.schedule.prev_before(slot)
     return chosen
 
 
