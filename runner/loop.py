@@ -338,6 +338,10 @@ class Worker:
         # slots due before a job's current schedule came into force are the earlier schedule's
         # (a redeploy that changed it): this definition never claims them
         since = ledger.schedules_since(self._lock_conn, list(self.jobs))
+        # late ranges a runner left open (stopped or killed midway): resumed first, each with
+        # the ruling it was given (runner.misfire_ranges)
+        for name, late in misfire.open_ranges(self._lock_conn, list(self.live.values())):
+            self._late.setdefault(name, []).append(late)
         now = self.now()
         for job in self.live.values():
             # on-time slots from now on (within the job's tracked range, under its current

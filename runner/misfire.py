@@ -15,7 +15,18 @@ runners decide once). Ranges come from:
 * ``overlap="wait"`` rows that waited past grace: their slot.
 
 Because a range is fixed, on-time claims made meanwhile (after ``last``) cannot hide late
-slots, and every batch of a range decides against the same newest slot. Policies:
+slots, and every batch of a range decides against the same newest slot.
+
+**A range outlives its runner.** A range that its first pass does not finish gets its row
+in runner.misfire_ranges (0003_expected), in that pass's transaction, with its ruling (misfire
+tiers: the tier and the lateness); each later pass records where the next one starts, and the
+last closes it (a range decided in one transaction, the usual case, writes no row). A runner
+stopped or killed midway leaves the row open, and the next runner to start resumes it first,
+from there, with the same ruling (``open_ranges``): the rest of the range is neither left
+undecided (that runner's own downtime starts at its newest complete slot, past the range)
+nor ruled again by the lateness it has by then. Two runners that find the same downtime
+share its row and its ruling (the first to write it wins). What is not kept: the unsettled
+effects a ``side_effects=True`` ruling read (read again when a range is resumed). Policies:
 
 The policies are registered in runner/policies.py (one entry each):
 
@@ -145,6 +156,10 @@ class LateRange:
     newest: datetime | None = None
     replayed: set[datetime] = field(default_factory=set)
 
+    # its key in runner.misfire_ranges (the first slot it started at), and whether it has a row
+    key: datetime | None = None
+    stored: bool = False
+
     def extend(self, last: datetime) -> None:
         """More late slots after ``last``: the range now ends there (its newest expected slot
         and replayed slots are found again on the next pass; a tier ruling stays)."""
@@ -243,7 +258,10 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
         elif late.first < since:
             late.first = sched.next_after(since - EPSILON)
         if late.first is None or late.first > late.last:
+            _advance(conn, job, late, None)
             return result
+        if late.key is None:  # its first pass: the range gets its row, and keeps its ruling there
+            _open(conn, job, late, now)
         if not late.decided:  # the range's first pass: what is fixed for the whole range
             late.decided = True
             expected = _expected(conn, job, late.first, late.last, now)
@@ -251,14 +269,15 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
             if job.misfire == "replay":
                 late.replayed = _replay_set(job, expected, now)
         if late.newest is None or late.newest < late.first:
+            _advance(conn, job, late, None)
             return result  # nothing expected is left in the range (paused, retired)
         policy, label = job.misfire, f"misfire={job.misfire}"
         newest = late.newest  # the slot a coalesced range runs at
         if job.misfire_tiers is not None:
-            if late.ruling is None:
+            if late.ruling is None:  # (a range resumed from the ledger whose tier is gone)
                 late.ruling = _rule(conn, job, _outage(conn, job, late.first, now))
-                if late.ruling.unsettled and late.ruling.action == "coalesce":
-                    late.target = _coalesce_target(conn, job, late, now)
+            if late.target is None and late.ruling.unsettled and late.ruling.action == "coalesce":
+                late.target = _coalesce_target(conn, job, late, now)
             policy, label = policies.by_tier_action(late.ruling.action).name, late.ruling.label
             if policy == "backfill":
                 batch = max(batch, TIER_PLAN_BATCH)
@@ -285,6 +304,7 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
         result.more = slot <= late.last
         result.next_first = slot if result.more else None
         late.first = slot
+        _advance(conn, job, late, result.next_first)
         rows = _without_runs(conn, job, candidates)
         if late.ruling is not None and late.ruling.unsettled:
             rows = _hold_unsettled(conn, job, rows, late.ruling, now, result)
@@ -304,13 +324,73 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
     return result
 
 
-def _rule(conn: psycopg.Connection[Any], job: JobDef, lateness: timedelta) -> Ruling:
-    """The tier of a range this late. With ``side_effects=True`` and a tier that runs slots,
-    the job's runs that left effects of unknown delivery are read once (fixed with the ruling):
-    the late slots they concern are held for approval, slot by slot (``_hold_unsettled``);
-    every other slot follows the tier."""
+def _open(conn: psycopg.Connection[Any], job: JobDef, late: LateRange, now: datetime) -> None:
+    """A range's first pass: its key, and its ruling (misfire tiers): the one of an open row of
+    the same range another runner wrote, else ruled by its outage (runner.expected_spans_v1)."""
+    assert late.first is not None
+    late.key = late.first
+    if job.misfire_tiers is None or late.ruling is not None:
+        return
+    row = conn.execute(Q["range_ruling"], {"job_name": job.name, "first": late.first}).fetchone()
+    if row is not None and row[0] is not None:
+        late.stored = True
+        late.ruling = restore_ruling(conn, job, row[0], row[1], row[2])
+    if late.ruling is None:
+        late.ruling = _rule(conn, job, _outage(conn, job, late.first, now))
+
+
+def _advance(conn: psycopg.Connection[Any], job: JobDef, late: LateRange, following: datetime | None) -> None:
+    """Where the range's next pass starts (None: it is done). A range that needs another pass
+    gets its row (runner.misfire_ranges) with its ruling; a stored one is moved on, or closed."""
+    if late.key is None:
+        return
+    if late.stored:
+        conn.execute(Q["advance_range"], {"job_name": job.name, "key": late.key, "next": following})
+    elif following is not None:
+        ruling = late.ruling
+        conn.execute(Q["open_range"], {
+            "job_name": job.name, "first": late.key, "last": late.last, "next": following,
+            "tier": ruling.tier.name if ruling else None, "action": ruling.action if ruling else None,
+            "lateness": ruling.lateness if ruling else None})
+        late.stored = True
+
+
+def open_ranges(conn: psycopg.Connection[Any], jobs: Sequence[JobDef]) -> list[tuple[str, LateRange]]:
+    """The open late ranges of these jobs in the ledger (runner.misfire_ranges), each as the
+    range to resume: from where its next pass starts, with its ruling (a tier no longer in the
+    job's tiers: ruled again). A starting runner hands them to the duty before its downtime."""
+    by_name = {j.name: j for j in jobs}
+    out = []
+    for name, first, last, following, tier, action, lateness in conn.execute(
+            Q["open_ranges"], {"job_names": sorted(by_name)}).fetchall():
+        job = by_name[name]
+        late = LateRange(following if following is not None else first, last, key=first, stored=True)
+        if tier is not None and job.misfire_tiers is not None:
+            late.ruling = restore_ruling(conn, job, tier, action, lateness)
+        out.append((name, late))
+    return out
+
+
+def restore_ruling(conn: psycopg.Connection[Any], job: JobDef, tier: str, action: str,
+                   lateness: timedelta) -> Ruling | None:
+    """The ruling a range was given (its tier's name and action, its lateness), as
+    ``_rule`` made it; None when the job's tiers no longer have that tier."""
+    if job.misfire_tiers is None:
+        return None
+    named = job.misfire_tiers.named(tier)
+    if named is None or named[0].action != action:
+        return None
+    return _rule(conn, job, lateness, named)
+
+
+def _rule(conn: psycopg.Connection[Any], job: JobDef, lateness: timedelta,
+          named: tuple[Tier, str] | None = None) -> Ruling:
+    """The tier of a range this late (``named``: the tier it was given, restored). With
+    ``side_effects=True`` and a tier that runs slots, the job's runs that left effects of
+    unknown delivery are read once (fixed with the ruling): the late slots they concern are
+    held for approval, slot by slot (``_hold_unsettled``); every other slot follows the tier."""
     assert job.misfire_tiers is not None
-    tier, covers = job.misfire_tiers.pick(lateness)
+    tier, covers = named or job.misfire_tiers.pick(lateness)
     label = f"misfire tier {covers}, missed for {_human(lateness)}"
     unsettled: tuple[Unsettled, ...] = ()
     if job.misfire_tiers.side_effects and tier.action in RUNS:

@@ -154,6 +154,15 @@ class MisfireTiers:
             lower = tier.up_to
         raise AssertionError("the last tier has no bound")  # validated at registration
 
+    def named(self, name: str) -> tuple[Tier, str] | None:
+        """The tier of this name and how it covers lateness (as ``pick`` says it), or None."""
+        lower: timedelta | None = None
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier, tier.describe(lower)
+            lower = tier.up_to
+        return None
+
     def as_options(self) -> dict[str, Any]:
         return {"side_effects": self.side_effects, "tiers": [t.as_options() for t in self.tiers]}
 

@@ -5,6 +5,7 @@ retirement and its end are never decided, whatever the policy."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -216,3 +217,61 @@ def test_every_list_of_misfire_policies_comes_from_the_registry(tx: psycopg.Conn
                        " WHERE conname = 'misfire_decisions_action_check'").fetchone()
     assert check is not None
     assert tuple(re.findall(r"'(\w+)'::text", check[0])) == ACTIONS, check[0]
+
+
+# -- suspicion: a tier ruling kept only in memory ------------------------------------------------
+
+
+def test_a_restart_midway_through_a_range_keeps_its_tier_ruling(db_url: str, tmp_path: Path) -> None:
+    """A 25-slot x 100-partition outage (3 misfire passes) is ruled catch_up (late ~27 s, tier
+    up to 40 s). The runner is killed (kill -9) after the first pass committed, and a runner
+    starts once the range is over 40 s old. The rest of the range must be decided by the same
+    ruling (catch_up, the same lateness), not ruled again (approve) nor left undecided."""
+    base = scalar(db_url, "SELECT date_trunc('second', now())").astimezone(UTC)  # a slot instant
+    mark = tmp_path / "held"
+    env = {"EXPECTED_BASE": base.isoformat()}
+    a = RunnerProcess(f"{APPS}:midway_app", db_url, "--poll-interval", "0.2",
+                      env={**env, "EXPECTED_HOLD_MARK": str(mark)}, log=tmp_path / "a.log")
+    try:
+        eventually(mark.exists, timeout=60, message="the second misfire pass reached the held slot")
+        first = rows(db_url, "SELECT tier, count(*), min(lateness), max(lateness) FROM runner.misfire_decisions"
+                             " GROUP BY 1")
+        assert [(t, n) for t, n, _, _ in first] == [("catch_up", 1000)], first
+    finally:
+        a.kill()
+    ruled = first[0][2]
+    _older_than(db_url, base - 25 * S, 45)  # the range is now past the catch_up tier's 40 s
+    b = RunnerProcess(f"{APPS}:midway_app", db_url, "--poll-interval", "0.2", env=env, log=tmp_path / "b.log")
+    rest_query = ("SELECT coalesce(d.tier, '(none)'), coalesce(r.status, 'no run'), count(*)"
+                  " FROM generate_series(%s::timestamptz, %s::timestamptz, interval '1 second') AS s(slot)"
+                  " CROSS JOIN generate_series(0, 99) AS p(i)"
+                  " LEFT JOIN runner.job_runs r ON r.schedule_slot = s.slot"
+                  "  AND r.partition_key = 'p' || lpad(p.i::text, 3, '0')"
+                  " LEFT JOIN runner.misfire_decisions d ON d.run_id = r.id"
+                  " GROUP BY 1, 2 ORDER BY 1, 2")
+    rest: list[tuple[Any, ...]] = []
+    try:
+        started = scalar(db_url, "SELECT now()")
+        eventually(lambda: _succeeded_after(db_url, "midway", started + 2 * S) >= 3, timeout=90,
+                   message="b runs on-time slots")
+
+        def rest_decided() -> bool:
+            rest[:] = rows(db_url, rest_query, (base - 15 * S, base - S))
+            return sum(n for tier, _, n in rest if tier != "(none)") == 1500
+        with contextlib.suppress(AssertionError):  # what was decided is shown below
+            eventually(rest_decided, timeout=60, message="the rest of the range decided")
+    finally:
+        assert b.terminate() == 0, b.output()
+    # the 15 slots x 100 partitions the first runner did not reach: decided by the same tier
+    # (their runs caught up, or still queued behind each other in the correction lane)
+    assert {tier for tier, _, _ in rest} == {"catch_up"}, rest
+    assert {status for _, status, _ in rest} <= {"pending", "running", "succeeded"}, rest
+    assert sum(n for _, _, n in rest) == 1500, rest
+    assert scalar(db_url, "SELECT count(DISTINCT lateness) FROM runner.misfire_decisions"
+                          " WHERE schedule_slot < %s", (base,)) == 1
+    assert scalar(db_url, "SELECT min(lateness) FROM runner.misfire_decisions WHERE schedule_slot < %s",
+                  (base,)) == ruled
+    # the range's row in the ledger: resumed and closed
+    assert rows(db_url, "SELECT first_slot, tier, action, lateness, closed_at IS NOT NULL FROM runner.misfire_ranges"
+                        " WHERE first_slot < %s", (base,)) == [(base - 25 * S, "catch_up", "catch_up", ruled, True)]
+    assert_ledger_clean(db_url)

@@ -55,6 +55,39 @@ CROSS JOIN LATERAL (SELECT e.span * tstzrange(least(%(since)s::timestamptz, %(no
                                               %(now)s::timestamptz, '[]') AS span) AS x
 WHERE NOT e.paused AND NOT isempty(x.span)
 
+-- name: range_ruling
+-- The ruling of an open range of the job starting at this slot (runner.misfire_ranges,
+-- 0003_expected), if another runner wrote one: the same downtime is decided by one ruling.
+SELECT tier, action, lateness
+FROM runner.misfire_ranges
+WHERE job_name = %(job_name)s AND first_slot = %(first)s AND closed_at IS NULL
+
+-- name: open_range
+-- A late range's row, written when its first pass leaves slots for later passes (a range
+-- decided in one transaction needs none): where the next pass starts, and the ruling (misfire
+-- tiers; NULLs for a single policy). A row of the same first slot already there is taken over
+-- as this range's (a closed one: a range long done).
+INSERT INTO runner.misfire_ranges AS m (job_name, first_slot, last_slot, next_slot, tier, action, lateness)
+VALUES (%(job_name)s, %(first)s, %(last)s, %(next)s, %(tier)s, %(action)s, %(lateness)s::interval)
+ON CONFLICT (job_name, first_slot) DO UPDATE
+SET last_slot = EXCLUDED.last_slot, next_slot = EXCLUDED.next_slot, tier = EXCLUDED.tier,
+    action = EXCLUDED.action, lateness = EXCLUDED.lateness, closed_at = NULL
+
+-- name: advance_range
+-- Where a range's next pass starts (NULL: every slot of it decided, and it is closed).
+UPDATE runner.misfire_ranges
+SET next_slot = %(next)s::timestamptz,
+    closed_at = CASE WHEN %(next)s::timestamptz IS NULL THEN now() END
+WHERE job_name = %(job_name)s AND first_slot = %(key)s AND closed_at IS NULL
+
+-- name: open_ranges
+-- The open late ranges of the given jobs, oldest first: a starting runner resumes them, with
+-- their ruling, before it decides its own downtime.
+SELECT job_name, first_slot, last_slot, next_slot, tier, action, lateness
+FROM runner.misfire_ranges
+WHERE job_name = ANY(%(job_names)s::text[]) AND closed_at IS NULL
+ORDER BY job_name, first_slot
+
 -- name: runs_at
 -- Which of the given slot x partitions of a job already have a run (any status).
 SELECT r.schedule_slot, r.partition_key

@@ -1,0 +1,2 @@
+-- 0003_expected, down
+DROP TABLE runner.misfire_ranges;
