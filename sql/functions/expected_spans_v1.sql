@@ -20,8 +20,9 @@
 -- README promises that the slots a pause left without a run stay listed (paused = true), to
 -- be backfilled or skipped by an operator; they are just not late.
 --
--- Multiranges (PostgreSQL 14+): tracked minus retirements gives the owed spans; the pauses'
--- union splits them. One call reads the job's row, its retirements and its pauses (a few
+-- Multiranges (PostgreSQL 14+): tracked, within runner.tracked_spans_v1 (the complement of
+-- the retirements, which the gap scan and its watermarks read too), gives the owed spans; the
+-- pauses' union splits them. One call reads the job's row, its retirements and its pauses (a few
 -- rows each): cheap enough per job per call, not meant per slot.
 CREATE OR REPLACE FUNCTION runner.expected_spans_v1(job text, as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (span tstzrange, paused boolean)
@@ -30,13 +31,14 @@ AS $$
 WITH clock AS (
     SELECT coalesce(expected_spans_v1.as_of, now()) AS now
 ), owed AS (
+    -- tracked and due, within the spans the job was not retired (runner.tracked_spans_v1,
+    -- the one reading of runner.job_retirements: lo < slot <= hi)
     SELECT CASE WHEN j.track_from <= c.now
                 THEN tstzmultirange(tstzrange(j.track_from, c.now, '[]'))
                 ELSE '{}'::tstzmultirange END
-           - coalesce((SELECT range_agg(tstzrange(r.retired_from,
-                                                  coalesce(r.retired_until, timestamptz 'infinity'), '()'))
-                       FROM runner.job_retirements r
-                       WHERE r.job_name = expected_spans_v1.job), '{}'::tstzmultirange) AS m
+           * coalesce((SELECT range_agg(tstzrange(t.lo, t.hi, '(]'))
+                       FROM runner.tracked_spans_v1(expected_spans_v1.job) AS t
+                       WHERE t.lo < t.hi), '{}'::tstzmultirange) AS m
     FROM runner.jobs j CROSS JOIN clock c
     WHERE j.job_name = expected_spans_v1.job
 ), pauses AS (
