@@ -338,6 +338,8 @@ class Worker:
         # slots due before a job's current schedule came into force are the earlier schedule's
         # (a redeploy that changed it): this definition never claims them
         since = ledger.schedules_since(self._lock_conn, list(self.jobs))
+        # nor before its newest owed span: not a slot of a retirement or pause that just ended
+        owed = ledger.owed_since(self._lock_conn, list(self.jobs))
         # late ranges a runner left open (stopped or killed midway): resumed first, each with
         # the ruling it was given (runner.misfire_ranges)
         for name, late in misfire.open_ranges(self._lock_conn, list(self.live.values())):
@@ -348,7 +350,8 @@ class Worker:
             # schedule); whatever was missed before is the misfire duty's
             cutoff = misfire.cutoff_for(job, now)
             first = max(cutoff, tracked[job.name] - misfire.EPSILON,
-                        since.get(job.name, tracked[job.name]) - misfire.EPSILON)
+                        since.get(job.name, tracked[job.name]) - misfire.EPSILON,
+                        owed.get(job.name, tracked[job.name]) - misfire.EPSILON)
             self._next_slot[job.name] = job.schedule.next_after(first)
             if cutoff >= tracked[job.name]:  # the downtime, decided from the newest complete slot
                 self._hand_late(job.name, None, job.schedule.latest_at_or_before(cutoff))

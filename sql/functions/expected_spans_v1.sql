@@ -36,7 +36,9 @@ WITH clock AS (
     SELECT CASE WHEN j.track_from <= c.now
                 THEN tstzmultirange(tstzrange(j.track_from, c.now, '[]'))
                 ELSE '{}'::tstzmultirange END
-           * coalesce((SELECT range_agg(tstzrange(t.lo, t.hi, '(]'))
+           -- ((lo, hi] as [lo + 1 us, hi]: the same instants, and the measure of time that
+           -- the outage sums has no microsecond too many)
+           * coalesce((SELECT range_agg(tstzrange(t.lo + interval '1 microsecond', t.hi, '[]'))
                        FROM runner.tracked_spans_v1(expected_spans_v1.job) AS t
                        WHERE t.lo < t.hi), '{}'::tstzmultirange) AS m
     FROM runner.jobs j CROSS JOIN clock c
