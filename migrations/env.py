@@ -87,14 +87,25 @@ def _stamp(connection: object) -> None:
 
 
 def run_offline() -> None:
+    # paramstyle named: the SQL files' % signs (format(), RAISE, LIKE) print as they are, not
+    # doubled as a pyformat dialect escapes them (psql would then refuse the RAISEs)
     context.configure(
         url=_url() if not config.get_main_option("offline_dialect_only") else "postgresql://",
         literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
         version_table=VERSION_TABLE,
         version_table_schema=SCHEMA,
         transactional_ddl=True,
     )
+    lock_timeout = migrate_lock_timeout(config.get_main_option("runner_lock_timeout"))
     with context.begin_transaction():
+        # as online: one deploy migrates at a time (the transaction-level form of the same key
+        # conflicts with the session lock an online upgrade holds), and no statement waits
+        # longer than the lock timeout for a table lock
+        for namespace, key in migrate_lock_keys(lock_namespace()):
+            context.execute(text(queries("objects")["offline_lock"]).bindparams(namespace=namespace, key=key))
+        context.execute(text(queries("objects")["offline_lock_timeout"]).bindparams(
+            ms=f"{max(1, round(lock_timeout * 1000))}ms"))
         context.get_context().impl.static_output(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA};\n")
         context.run_migrations()
         destination = context.get_revision_argument()
@@ -143,10 +154,15 @@ def run_online() -> None:
                     # rolls all of them back
                     with context.begin_transaction():
                         context.run_migrations()
-                        if _at_head(context.get_context().get_current_heads()):
+                        heads = context.get_context().get_current_heads()
+                        if _at_head(heads):
                             current = queries("objects")["current_objects"]
                             _apply_objects({name: checksum for name, checksum
                                             in connection.execute(text(current)).all()})
+                        elif not heads:
+                            # downgraded to base: the version table and the schema go too,
+                            # when nothing else is left in it
+                            connection.execute(text(queries("objects")["drop_empty_schema"]))
                     return
                 except OperationalError as exc:
                     if not _lock_timed_out(exc):

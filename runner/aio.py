@@ -1,10 +1,10 @@
 """The event loops of ``async def`` handlers: one asyncio loop thread per lane of a process.
 
-A ``Worker`` whose app registers any ``async def`` handler owns one ``AsyncHandlers`` per
+A process whose app registers any ``async def`` handler owns one ``AsyncHandlers`` per
 lane whose async runs it started (made on the lane's first one): a thread running an asyncio
 event loop, on which every async attempt of that lane on the process is a task. The loop
 thread claims runs, beats and enforces timeouts for sync and async runs alike
-(runner/loop.py); this module only runs the async handlers.
+(runner/loop.py, runner/worker/executor.py); this module only runs the async handlers.
 
 **One loop per lane, not per-lane semaphores on one loop.** Lanes share a process so that
 bulk work fills spare capacity without delaying live work (runner/lanes.py). On one shared
@@ -21,19 +21,20 @@ The GIL is still shared, as it is with the lanes' handler threads.
   ``realtime`` ``--async-workers``, by default ``--workers``; for another lane its
   ``--lane-slots`` value when given, else ``--async-workers``); runs claimed beyond it wait
   for a place with their attempt started, as sync runs wait for a handler thread. The lane's
-  in-flight cap on the process (``Worker._cap``) bounds its sync and async runs together;
+  in-flight cap on the process (runner/worker/budget.py ``Capacity.cap``) bounds its sync
+  and async runs together;
 * ``ctx.db`` comes from the lane's ``AsyncConnectionPool`` of at most ``db_size``
   connections (``min(size, --workers)``), taken
   when a handler first uses it: a thousand handlers sleeping in ``await asyncio.sleep`` hold
   no connection at all. Heartbeats use a second small async pool; the effect log's writes run
-  in the event loop's executor threads on the Worker's sync control pool;
+  in the event loop's executor threads on the executor's sync control pool;
 * a timeout or the end of the shutdown grace cancels the task (``CancelledError`` at the
   handler's current ``await``, a running statement cancelled with it, ``ctx.db`` rolled
-  back); the Worker has already recorded the attempt as given up. A handler that catches the
+  back); the executor has already recorded the attempt as given up. A handler that catches the
   cancellation and carries on keeps its place under the bound until it ends (there is no
   thread to replace, unlike a stuck sync handler), and whatever it records is refused;
-* a finished attempt's outcome goes to the Worker's completer queue through ``done``, so
-  sync and async outcomes are recorded in the same batches.
+* a finished attempt's outcome goes to the process's completer (runner/worker/completer.py)
+  through ``done``, so sync and async outcomes are recorded in the same batches.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner.app import JobDef
 from runner.attempt import execute_async, failure
 from runner.context import AsyncJobContext
 from runner.errors import AttemptTimedOut, error_text
+from runner.jobs import JobDef
 from runner.ledger import ClaimedRun, Outcome
 
 log = logging.getLogger("runner.aio")

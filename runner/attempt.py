@@ -33,9 +33,9 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from runner import ledger
-from runner.app import JobDef
 from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import HandlerReturnedAwaitable, LostOwnership, error_text
+from runner.jobs import JobDef
 from runner.ledger import ClaimedRun, Outcome
 
 log = logging.getLogger("runner.attempt")

@@ -84,7 +84,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from runner import conditions, lanes, ledger, operate, verification
-from runner.app import JobDef
+from runner.jobs import JobDef
 from runner.ledger import ClaimedRun, Owner
 from runner.operate import OperatorError, default_who
 from runner.schedule import idempotency_key

@@ -1,5 +1,13 @@
 """The ``runner`` command (Typer): parse, call, print. No logic of its own.
 
+The operator actions (rerun, pause, resume, approve, skip, retire, unretire, backfill and
+backfill pause/resume/cancel, lane set, prune) are the registry's (runner/actions.py): each
+command keeps its hand-written Typer declaration (options, help), has its options parsed by
+the registry's one parser (times by its one time parser), shows the registry's plan, asks,
+and calls the registry's act, i.e. the audited database function; the console
+(runner/web/actions.py) serves the same actions. ``_dispatches`` marks those commands
+(tests/test_actions.py: the marked commands are exactly the registry's actions).
+
 Exit codes: 0 ok, 1 error (one line on stderr, nothing written), 2 usage.
 """
 
@@ -24,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import approvals, audit, backfill, lanes, ledger, migrate, operate
+from runner import actions, audit, backfill, lanes, ledger, migrate, operate
 from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 from runner.errors import JobDefinitionError, JobRetired
 from runner.loader import load_app
@@ -363,7 +371,8 @@ def start(
             except OSError as exc:
                 raise ConfigError(f"cannot serve metrics on {metrics_host} port {metrics_port}: "
                                   f"{exc.strerror or exc}") from None
-            metrics.watch_backfills(lambda: _metrics_session(choice.url))
+            metrics.watch_ledger(lambda: _metrics_session(choice.url),
+                                {name: job.schedule for name, job in runner_app.jobs.items()})
         worker = Worker(runner_app, choice.url, config, namespace=namespace, metrics=metrics)
         if stopping.requested.is_set():
             return
@@ -412,15 +421,30 @@ def jobs(app_spec: AppOpt = None, as_json: JsonOpt = False,
 
 
 def _parse_time(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
+    """A time option: the registry's one time parser (runner/actions.py); exit 2 if bad."""
     try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        fail(f"{name} must be an ISO 8601 time like 2026-01-31T02:00:00+09:00, got {value!r}", 2)
-    if parsed.tzinfo is None:
-        fail(f"{name} needs a UTC offset (e.g. +00:00 or Z), got {value!r}", 2)
-    return parsed
+        return actions.parse_time(value, name)
+    except actions.ParamError as exc:
+        fail(str(exc), 2)
+
+
+def _params(action: str, **raw: Any) -> dict[str, Any]:
+    """An action command's options, parsed by the registry's one parser; exit 2 if bad."""
+    try:
+        return actions.parse(action, raw, cli=True)
+    except actions.ParamError as exc:
+        fail(str(exc), 2)
+
+
+def _dispatches(action: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Marks a command as the CLI face of the registry's ``action`` (tests/test_actions.py
+    checks that the marked commands are exactly the registry's actions)."""
+    actions.get(action)
+
+    def mark(fn: Callable[..., None]) -> Callable[..., None]:
+        setattr(fn, "runner_action", action)  # noqa: B010 (read back from the click command)
+        return fn
+    return mark
 
 
 RUN_STATUSES = ("pending", "running", "succeeded", "failed", "dead", "skipped", "coalesced",
@@ -526,9 +550,10 @@ def _print_value(value: Any) -> None:
 
 
 def _reason(value: str) -> str:
-    if not value.strip():
-        fail("--reason must not be empty", 2)
-    return value.strip()
+    try:
+        return actions.checked_reason(value, "--reason")
+    except actions.ParamError as exc:
+        fail(str(exc), 2)
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -651,6 +676,7 @@ def _show_rerun(plan: operate.RerunPlan) -> None:
 
 
 @app.command()
+@_dispatches("rerun")
 def rerun(
     job: Annotated[str, typer.Argument(help="the job's name")],
     slot: Annotated[str, typer.Option("--slot", help="the run's slot, ISO 8601 with offset")],
@@ -663,18 +689,17 @@ def rerun(
     database_url: DbOpt = None,
 ) -> None:
     """A new attempt of one run (trigger manual): shows what it touches, asks, audits."""
-    when = _parse_time(slot, "--slot")
-    assert when is not None
+    params = _params("rerun", job=job, slot=slot, partition=partition, force=force)
     why = _reason(reason)
     with _errors():
         _, conn = _open_ledger(database_url)
-        plan = operate.plan_rerun(conn, job, when, partition, force)
+        plan: operate.RerunPlan = actions.plan(conn, "rerun", params)
         if not as_json:
             _show_rerun(plan)
         if plan.refusal:
             fail(plan.refusal)
         _confirm(f"Rerun {plan.run_label}?", yes)
-        done = operate.rerun(conn, plan, why, by, force)
+        done = actions.act(conn, "rerun", plan, params, by, why)
         conn.close()
     request, queued = done["request"], done["run"]
     if as_json:
@@ -685,25 +710,28 @@ def rerun(
                    f"by {request['who']}")
 
 
-def _toggle_job(job: str, on: bool, words: tuple[str, str, str, str], plan_fn: Callable[..., Any],
-                apply_fn: Callable[..., Any], describe: Callable[[dict[str, Any]], list[str]],
+def _toggle_job(job: str, on: bool, words: tuple[str, str, str, str],
+                describe: Callable[[dict[str, Any]], list[str]],
                 reason: str, by: str | None, yes: bool, as_json: bool, database_url: str | None) -> None:
-    """An audited switch of one job (pause/resume, retire/unretire): the plan, what it will
-    do (``describe``), the confirmation, one request written; nothing when already so.
-    ``words``: the verb on and off ("pause", "resume"), the state on and off ("paused",
-    "not paused")."""
+    """An audited switch of one job (pause/resume, retire/unretire: the registry's action
+    named by the verb): the plan, what it will do (``describe``), the confirmation, one
+    request written; nothing when already so. ``words``: the verb on and off ("pause",
+    "resume"), the state on and off ("paused", "not paused")."""
     verb = words[0] if on else words[1]
+    params = _params(verb, job=job)
     why = _reason(reason)
     with _errors():
         _, conn = _open_ledger(database_url)
-        plan = plan_fn(conn, job, on)
+        plan = actions.plan(conn, verb, params)
         done = None
         if plan.changes:
             if not as_json:
                 for line in describe(plan.job):
                     _say(line)
             _confirm(f"{verb.capitalize()} job {job!r}?", yes)
-            done = apply_fn(conn, plan, why, by)
+            done = actions.act(conn, verb, plan, params, by, why)
+            if done["request"] is None:
+                done = None
         conn.close()
     if as_json:
         _print_value({"job": plan.job, "changed": done is not None,
@@ -723,11 +751,12 @@ def _pause_or_resume(job: str, paused: bool, reason: str, by: str | None, yes: b
                 "running attempts finish" if paused else
                 "will resume it: new slots, and queued runs that are due, start again"]
 
-    _toggle_job(job, paused, ("pause", "resume", "paused", "not paused"), operate.plan_pause,
-                operate.set_paused, describe, reason, by, yes, as_json, database_url)
+    _toggle_job(job, paused, ("pause", "resume", "paused", "not paused"), describe, reason, by, yes,
+                as_json, database_url)
 
 
 @app.command()
+@_dispatches("pause")
 def pause(
     job: Annotated[str, typer.Argument(help="the job's name")],
     reason: ReasonOpt,
@@ -741,6 +770,7 @@ def pause(
 
 
 @app.command()
+@_dispatches("resume")
 def resume(
     job: Annotated[str, typer.Argument(help="the job's name")],
     reason: ReasonOpt,
@@ -754,7 +784,7 @@ def resume(
 
 
 def _retention_option(value: str) -> Any:
-    from runner.app import parse_retention
+    from runner.jobs import parse_retention
     from runner.schedule import ScheduleError
 
     text = value.strip()
@@ -780,11 +810,12 @@ def _retire_or_unretire(job: str, retire: bool, reason: str, by: str | None, yes
                 f"will unretire it: its slots are expected again from now on (the slots since "
                 f"{state['retired_at'].isoformat()} stay not expected), and runners may define it again"]
 
-    _toggle_job(job, retire, ("retire", "unretire", "retired", "not retired"), operate.plan_retire,
-                operate.set_retired, describe, reason, by, yes, as_json, database_url)
+    _toggle_job(job, retire, ("retire", "unretire", "retired", "not retired"), describe, reason, by, yes,
+                as_json, database_url)
 
 
 @app.command()
+@_dispatches("retire")
 def retire(
     job: Annotated[str, typer.Argument(help="the job's name")],
     reason: ReasonOpt,
@@ -798,6 +829,7 @@ def retire(
 
 
 @app.command()
+@_dispatches("unretire")
 def unretire(
     job: Annotated[str, typer.Argument(help="the job's name")],
     reason: ReasonOpt,
@@ -811,6 +843,7 @@ def unretire(
 
 
 @app.command()
+@_dispatches("prune")
 def prune(
     database_url: DbOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would go; delete nothing")] = False,
@@ -832,33 +865,24 @@ def prune(
             retention.check_archive_table(archive_table)
         except ValueError as exc:
             fail(str(exc), 2)
+    # a dry run deletes nothing, so it archives nothing: no file or table is made
+    params = _params("prune", batch=batch, limit=limit, archive_table=None if dry_run else archive_table,
+                     archive_file=None if dry_run else archive_file)
     with _errors():
         _, conn = _open_ledger(database_url)
-        # a dry run deletes nothing, so it archives nothing: no file or table is made
-        try:
-            out = retention.open_archive(archive_file) if archive_file and not dry_run else None
-        except retention.ArchiveError as exc:
-            raise ConfigError(str(exc)) from None
-        try:
-            report = retention.prune(conn, lock_namespace(), batch=batch, dry_run=dry_run, limit=limit,
-                                     archive_table=None if dry_run else archive_table, archive_file=out)
-        except (ValueError, retention.ArchiveError) as exc:
-            raise ConfigError(str(exc)) from None
-        finally:
-            if out is not None:
-                with suppress(OSError):  # every pass's lines were flushed and synced before its commit
-                    out.close()
+        # the dry run is the action's impact; the prune itself is not audited, asks nothing
+        report = (actions.plan(conn, "prune", params, namespace=lock_namespace()) if dry_run else
+                  actions.act(conn, "prune", None, params, None, "", namespace=lock_namespace()))
         conn.close()
     if as_json:
-        _print_value({"dry_run": dry_run, "runs": report.runs, "attempts": report.attempts,
-                      "effects": report.effects, "by_job": report.by_job})
+        _print_value({k: report[k] for k in ("dry_run", "runs", "attempts", "effects", "by_job")})
         return
     verb = "would prune" if dry_run else "pruned"
-    typer.echo(f"{verb} {_plural(report.runs, 'run')} ({_plural(report.attempts, 'attempt')}, "
-               f"{_plural(report.effects, 'effect')})"
+    typer.echo(f"{verb} {_plural(report['runs'], 'run')} ({_plural(report['attempts'], 'attempt')}, "
+               f"{_plural(report['effects'], 'effect')})"
                + (" (a dry run looks at one batch: pass --limit to look further)"
-                  if dry_run and report.runs == min(limit or batch, 10000) else ""))
-    for name, statuses in sorted(report.by_job.items()):
+                  if dry_run and report["more"] else ""))
+    for name, statuses in sorted(report["by_job"].items()):
         typer.echo(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
 
 
@@ -935,6 +959,7 @@ def _show_impact(planned: backfill.BackfillPlan) -> None:
 
 
 @backfill_app.command("create")
+@_dispatches("backfill")
 def backfill_create(
     job: Annotated[str, typer.Argument(help="the job's name")],
     range_from: Annotated[str, typer.Option("--from", help="first slots at or after (ISO 8601 with offset)")],
@@ -966,7 +991,8 @@ def backfill_create(
     database_url: DbOpt = None,
 ) -> None:
     """Plan a backfill of JOB over [--from, --to): shows the impact, asks, writes the plan."""
-    start_at, end_at = _when(range_from, "--from"), _when(range_to, "--to")
+    _when(range_from, "--from")
+    _when(range_to, "--to")
     if reason is None and not dry_run:
         fail("missing option '--reason' (why; kept in runner.requests)", 2)
     why = _reason(reason) if reason is not None else ""
@@ -976,16 +1002,16 @@ def backfill_create(
         fail("--pause-when and --pause-when-prometheus: give one of them", 2)
     if pause_when_prometheus is not None:
         pause_when = PROMETHEUS_CONDITION + pause_when_prometheus
+    params = _params("backfill", job=job, **{"from": range_from, "to": range_to}, partitions=partition,
+                     lane=lane, concurrency=concurrency, rate=rate, max_failures=max_failures,
+                     pause_when=pause_when, force=force)
     with _errors():
         runner_app = load_app(app_spec)
-        job_def = runner_app.jobs.get(job)
-        if job_def is None:
+        if job not in runner_app.jobs:
             raise ConfigError(f"the app {app_spec!r} defines no job {job!r}")
         _, conn = _open_ledger(database_url)
-        spec = backfill.Spec(job_name=job, range_from=start_at, range_to=end_at,
-                             partitions=tuple(partition or ()), lane=lane, concurrency=concurrency,
-                             rate=rate, max_failures=max_failures, pause_when=pause_when, force=force)
-        planned = backfill.plan(conn, job_def, spec, prometheus_url)
+        planned: backfill.BackfillPlan = actions.plan(conn, "backfill", params, app=runner_app,
+                                                      prometheus_url=prometheus_url)
         if dry_run:
             conn.close()
             if as_json:
@@ -997,7 +1023,7 @@ def backfill_create(
         if not as_json:
             _show_impact(planned)
         _confirm(f"Create this backfill of {_plural(len(planned.expected), 'run')}?", yes)
-        done = backfill.create(conn, planned, why, by)
+        done = actions.act(conn, "backfill", planned, params, by, why)
         conn.close()
     plan_row = done["backfill"]
     if as_json:
@@ -1131,19 +1157,18 @@ def backfill_show(
 
 def _plan_action(plan_id: int, verb: str, reason: str, by: str | None, yes: bool, as_json: bool,
                  database_url: str | None, **extra: Any) -> None:
+    """backfill pause|resume|cancel: the registry's backfill_VERB (its plan is the plan's
+    progress, shown; its database function refuses a transition it does not allow)."""
+    name = f"backfill_{verb}"
+    params = _params(name, plan_id=plan_id, **extra)
     why = _reason(reason)
     with _errors():
         _, conn = _open_ledger(database_url)
-        before = backfill.show(conn, plan_id)
+        before: backfill.Progress = actions.plan(conn, name, params)
         if not as_json:
             _show_progress(before)
         _confirm(f"{verb.capitalize()} backfill {plan_id}?", yes)
-        if verb == "pause":
-            done = backfill.pause(conn, plan_id, why, by)
-        elif verb == "resume":
-            done = backfill.resume(conn, plan_id, why, by, **extra)
-        else:
-            done = backfill.cancel(conn, plan_id, why, by)
+        done = actions.act(conn, name, before, params, by, why)
         after = backfill.show(conn, plan_id)
         conn.close()
     if as_json:
@@ -1160,6 +1185,7 @@ def _plan_action(plan_id: int, verb: str, reason: str, by: str | None, yes: bool
 
 
 @backfill_app.command("pause")
+@_dispatches("backfill_pause")
 def backfill_pause(
     plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
     reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
@@ -1170,6 +1196,7 @@ def backfill_pause(
 
 
 @backfill_app.command("resume")
+@_dispatches("backfill_resume")
 def backfill_resume(
     plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
     reason: ReasonOpt, by: ByOpt = None,
@@ -1178,11 +1205,11 @@ def backfill_resume(
     yes: YesOpt = False, as_json: JsonOpt = False, database_url: DbOpt = None,
 ) -> None:
     """Resume a paused plan. Audited."""
-    _plan_action(plan_id, "resume", reason, by, yes, as_json, database_url,
-                 max_failures=max_failures, set_max_failures=max_failures is not None)
+    _plan_action(plan_id, "resume", reason, by, yes, as_json, database_url, max_failures=max_failures)
 
 
 @backfill_app.command("cancel")
+@_dispatches("backfill_cancel")
 def backfill_cancel(
     plan_id: Annotated[int, typer.Argument(metavar="ID", help="the plan's id")],
     reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
@@ -1228,18 +1255,17 @@ def _decide(action: str, job: str, slot: str | None, range_from: str | None, ran
     if (range_from is None) != (range_to is None):
         fail("--from and --to go together", 2)
     why = _reason(reason)
+    params = _params(action, job=job, slot=slot, **{"from": range_from, "to": range_to}, partition=partition)
     with _errors():
         _, conn = _open_ledger(database_url)
-        planned = approvals.plan(conn, action, job, _parse_time(slot, "--slot"),
-                                 _parse_time(range_from, "--from"), _parse_time(range_to, "--to"),
-                                 partition)
+        planned = actions.plan(conn, action, params)
         if not as_json:
             _print_table(f"awaiting approval: {planned.describe()}", planned.runs,
                          ["id", "schedule_slot", "partition_key", "trigger", "attempt", "status_reason"])
             _say("will set them pending (trigger manual), due now, each with a full budget of "
                        "attempts" if action == "approve" else "will record them skipped, with the reason")
         _confirm(f"{action.capitalize()} {_plural(len(planned.runs), 'run')} of job {job!r}?", yes)
-        done = approvals.decide(conn, planned, why, by)
+        done = actions.act(conn, action, planned, params, by, why)
         conn.close()
     if as_json:
         _print_value({"action": action, "runs": done["runs"], "left_alone": done["left_alone"],
@@ -1259,6 +1285,7 @@ PartSel = Annotated[str | None, typer.Option("--partition", help="only this part
 
 
 @app.command()
+@_dispatches("approve")
 def approve(
     job: Annotated[str, typer.Argument(help="the job's name")],
     reason: ReasonOpt, slot: SlotSel = None, range_from: FromSel = None, range_to: ToSel = None,
@@ -1270,6 +1297,7 @@ def approve(
 
 
 @app.command()
+@_dispatches("skip")
 def skip(
     job: Annotated[str, typer.Argument(help="the job's name")],
     reason: ReasonOpt, slot: SlotSel = None, range_from: FromSel = None, range_to: ToSel = None,
@@ -1408,19 +1436,6 @@ lane_app = typer.Typer(help="Lanes: the workloads runner processes serve, and th
 app.add_typer(lane_app, name="lane")
 
 
-def _limit(value: str | None, name: str, kind: type) -> tuple[Any, bool]:
-    """An optional limit option: absent (keep), "none" (remove), or a number."""
-    if value is None:
-        return None, False
-    if value.strip().lower() == "none":
-        return None, True
-    try:
-        number = kind(value)
-    except ValueError:
-        fail(f"{name} must be a number or none, got {value!r}", 2)
-    return number, True
-
-
 @lane_app.command("list")
 def lane_list(as_json: JsonOpt = False, database_url: DbOpt = None) -> None:
     """The lanes by priority (rank, lower first), their fleet limits and runs."""
@@ -1438,6 +1453,7 @@ def lane_list(as_json: JsonOpt = False, database_url: DbOpt = None) -> None:
 
 
 @lane_app.command("set")
+@_dispatches("lane_set")
 def lane_set(
     name: Annotated[str, typer.Argument(metavar="NAME", help="the lane (a new name adds it)")],
     reason: ReasonOpt,
@@ -1453,12 +1469,12 @@ def lane_set(
 ) -> None:
     """Add a lane or change its rank and fleet limits. Audited (runner.requests)."""
     why = _reason(reason)
-    conc, set_conc = _limit(concurrency, "--concurrency", int)
-    per_second, set_rate = _limit(rate, "--rate", float)
+    params = _params("lane_set", lane=name, rank=rank, concurrency=concurrency, rate=rate,
+                     description=description)
     with _errors():
         _, conn = _open_ledger(database_url)
-        done = lanes.set_lane(conn, name, why, rank=rank, concurrency=conc, set_concurrency=set_conc,
-                              rate=per_second, set_rate=set_rate, description=description, who=by)
+        planned = actions.plan(conn, "lane_set", params)
+        done = actions.act(conn, "lane_set", planned, params, by, why)["lane"]
         conn.close()
     if as_json:
         _print_value(done)

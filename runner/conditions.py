@@ -9,7 +9,11 @@ runner serving the job will run, so it runs where it can do no harm.
   ``pass_of`` on a thread with a connection of its own (``application_name`` runner-condition).
   Advisory locks a condition takes (session locks survive a rollback) are counted, then
   released, and the session is reset (``DISCARD ALL``) after every evaluation; they never
-  touch the locks the process holds for its runs. The loop only sees the outcome: a paused
+  touch the locks the process holds for its runs. Because of that reset the condition
+  session never uses server-side prepared statements (psycopg's ``prepare_threshold=None``):
+  psycopg would otherwise prepare a statement run five times and, after a ``DISCARD ALL``
+  it does not see as dropping them, fail every later pass with ``prepared statement
+  "_pg3_N" does not exist``. The loop only sees the outcome: a paused
   plan, which its backfill lane stops claiming.
 * **As the condition role.** The condition runs inside ``runner.pause_condition_v1``, a
   SECURITY DEFINER function that sql/roles.sql gives to the NOLOGIN role
@@ -221,7 +225,7 @@ def evaluate_apart(conn: psycopg.Connection[Any], condition: str,
         return evaluate(conn, condition, prometheus_url)
     info = conn.info
     with psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
-                         application_name="runner-condition") as own:
+                         application_name="runner-condition", prepare_threshold=None) as own:
         own.execute("SET TIME ZONE 'UTC'")
         return evaluate(own, condition)
 
@@ -233,7 +237,11 @@ def release_locks(conn: psycopg.Connection[Any]) -> None:
 
 def reset_session(conn: psycopg.Connection[Any]) -> None:
     """After an evaluation: no advisory lock, no setting, prepared statement, temporary
-    table or listener of the condition's survives on the session."""
+    table or listener of the condition's survives on the session. ``conn`` must not use
+    server-side prepared statements (``connect`` opens it so): ``DISCARD ALL`` drops them
+    without psycopg knowing."""
+    if conn.prepare_threshold is not None:
+        raise ValueError("a condition session must be opened with prepare_threshold=None")
     release_locks(conn)
     conn.execute("DISCARD ALL")
     conn.execute("SET TIME ZONE 'UTC'")
@@ -305,7 +313,10 @@ def run_once(conn: psycopg.Connection[Any], namespace: int, job_names: Iterable[
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(url, autocommit=True, application_name="runner-condition")
+    """A condition session: autocommit, UTC, and no server-side prepared statements (the
+    reset after each evaluation, ``DISCARD ALL``, drops them behind psycopg's back)."""
+    conn = psycopg.connect(url, autocommit=True, application_name="runner-condition",
+                           prepare_threshold=None)
     conn.execute("SET TIME ZONE 'UTC'")
     return conn
 

@@ -32,9 +32,9 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from runner import ledger
-from runner.app import JobDef
 from runner.effects import run_effect
 from runner.errors import AttemptTimedOut, LostOwnership
+from runner.jobs import JobDef
 from runner.ledger import ClaimedRun
 
 log = logging.getLogger("runner.attempt")

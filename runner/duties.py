@@ -1,6 +1,6 @@
 """The loop's duties: named units of work, each with its own cadence and error boundary.
 
-A runner's tick is a fixed, explicit sequence of duties (see ``Worker.duties`` in
+A runner's tick is a fixed, explicit sequence of duties (see ``Worker._make_duties`` in
 runner/loop.py for the order and why it is that order). Each duty is a function of no
 arguments with a cadence: every tick, or at most every so many seconds (monotonic clock),
 and it can be asked to run on the next tick (``soon``). One duty's failure never stops the
@@ -14,7 +14,9 @@ others:
   (doubling on repeated failures up to ``max_retry_after``); the rest of the tick goes on.
 
 So the order in which duties see the ledger, and what a failing duty does to the others, is
-written down here and in the Worker, not implied by the shape of one long method.
+written down here and in the Worker, not implied by the shape of one long method. Each
+maintenance duty is a module of runner/worker/ of one shape (``Maintenance``: a name, a
+cadence, a config checked when it is made, ``run_once()``), owning its own state.
 
 A few duties live beside the loop instead, each on a thread and connection of its own
 (``on_own_connection``): the gap-scan watermarks, retention and the backfill pause conditions.
@@ -31,13 +33,24 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from runner.errors import error_text
 
 log = logging.getLogger("runner.duties")
+
+
+class Maintenance(Protocol):
+    """The shape of every maintenance duty of the loop (runner/worker/: takeover, retries,
+    misfire, lane, beats): a name, a cadence (None: every tick), a config checked when it is
+    made, and ``run_once()``, one bounded pass that tests can call directly."""
+
+    name: str
+    every: float | None
+
+    def run_once(self) -> None: ...
 
 
 @dataclass
@@ -50,6 +63,11 @@ class Duty:
     every: float | None = None
     next_at: float = 0.0
     failures: int = 0  # consecutive
+
+    @classmethod
+    def of(cls, service: Maintenance) -> Duty:
+        """The loop's entry for a maintenance duty: its name, ``run_once`` and cadence."""
+        return cls(service.name, service.run_once, service.every)
 
     def due(self, mono: float) -> bool:
         return mono >= self.next_at

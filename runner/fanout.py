@@ -26,8 +26,8 @@ from typing import Any
 import psycopg
 
 from runner import ledger
-from runner.app import JobDef
 from runner.errors import error_text
+from runner.jobs import JobDef
 
 log = logging.getLogger("runner.fanout")
 

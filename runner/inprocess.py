@@ -48,7 +48,7 @@ from runner.metrics import Metrics
 from runner.settings import ConfigError, choose_database, lock_namespace, redact
 
 if TYPE_CHECKING:
-    from runner.app import Runner
+    from runner.jobs import JobSource
     from runner.loop import Worker
 
 log = logging.getLogger("runner.inprocess")
@@ -60,7 +60,7 @@ class InProcessRunner:
     """One runner running inside the application (module docstring). Enter it with ``with``
     or ``async with``; it can be entered once."""
 
-    def __init__(self, app: Runner, database_url: str | None = None, *, workers: int = 10,
+    def __init__(self, app: JobSource, database_url: str | None = None, *, workers: int = 10,
                  max_inflight: int = 0, poll_interval: float = 1.0, grace: float = 30.0,
                  async_workers: int = 0, metrics_port: int | None = None) -> None:
         from runner.loop import LoopConfig

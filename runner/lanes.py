@@ -22,7 +22,7 @@ live slots only of the jobs whose lane it serves (and registers only those jobs,
 shares of a slot are split among the processes that claim it), decides their misfires,
 starts retries, queued runs and backfill runs only of its lanes, and takes over only their
 orphans. A takeover counts as a claim: each lane takes over at most its free in-flight room
-on the process (``Worker._take_over``, one statement with a limit per lane), so a process with
+on the process (runner/worker/takeover.py, one statement with a limit per lane), so a process with
 one free bulk slot takes one orphaned bulk run, never the fifty a dead bulk process left.
 An unknown lane is refused at start, with a one-line error.
 
@@ -62,7 +62,7 @@ from typing import Any
 import psycopg
 
 from runner import ledger, operate
-from runner.app import LANE_NAME
+from runner.jobs import LANE_NAME
 from runner.operate import OperatorError
 from runner.sqlfiles import queries
 

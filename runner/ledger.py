@@ -18,8 +18,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from runner.app import JobDef, Retention
 from runner.errors import JobRetired
+from runner.jobs import JobDef, Retention
 from runner.sqlfiles import queries
 
 Q = queries("ledger")
@@ -329,7 +329,7 @@ def key_holder(conn: psycopg.Connection[Any], namespace: int, run_id: int,
     """An attempt started while another session held its run's key: whether this session
     took the key now (its holder let go), else whether a registered runner session holds it,
     and how many of the run's attempts just before this one were released for that already,
-    in a row (runner/loop.py ``Worker._key_held``)."""
+    in a row (runner/worker/executor.py ``Executor._key_held``)."""
     row = conn.execute(Q["key_holder"], {"namespace": namespace, "run_id": run_id, "fence": fence}).fetchone()
     return (bool(row[0]), bool(row[1]), int(row[2])) if row else (False, False, 0)
 

@@ -4,25 +4,52 @@ The endpoint has no authentication: it listens on ``--metrics-host`` (default 12
 machine only); a scraper on another machine needs the address it should be reachable on
 (or 0.0.0.0 / :: for every address, behind a firewall).
 
-Labels are bounded: ``job`` and ``status`` (and ``trigger``, six values) — never a slot, a
-run id or a partition, whose number grows without bound.
+The job is labelled ``job_name``, never ``job``: Prometheus sets ``job`` (and ``instance``) on
+every series it scrapes, so a ``job`` label of ours would arrive renamed ``exported_job``.
+
+Labels are bounded — never a slot, a run id, a partition or an error text, whose number
+grows without bound:
+
+* ``job_name``: the jobs the application defines (for the ledger-read metrics, the jobs the
+  ledger knows: retired jobs included, as many as were ever defined);
+* ``trigger``: six values (schedule catch_up retry recovery manual backfill);
+* ``status``: six values (succeeded failed dead timed_out released refused);
+* ``duty``: the loop's duty names (a dozen, fixed in runner/loop.py);
+* ``plan``: at most ``MAX_PLANS`` backfill plans at a time (below), with ``cause`` (five
+  values) and the plan ``status`` (six values).
+
+An *attempt* is one execution of a run (a run is one job x slot x partition; a retry or a
+takeover is a new attempt of the same run): the counters count attempts, and say so.
 
 | metric | type | labels |
 |---|---|---|
-| runner_runs_started_total | counter | job, trigger |
-| runner_runs_completed_total | counter | job, status (succeeded failed dead timed_out released refused) |
-| runner_run_duration_seconds | histogram | job |
-| runner_schedule_lag_seconds | histogram | job (attempt start minus slot instant, schedule trigger) |
-| runner_claim_conflicts_total | counter | job |
-| runner_takeovers_total | counter | job |
-| runner_last_success_timestamp_seconds | gauge | job |
+| runner_attempts_started_total | counter | job_name, trigger |
+| runner_attempts_completed_total | counter | job_name, status (succeeded failed dead timed_out released |
+| | | refused) |
+| runner_run_duration_seconds | histogram | job_name (one attempt's handler, 10 ms to 6 h buckets) |
+| runner_schedule_lag_seconds | histogram | job_name (attempt start minus slot instant) |
+| runner_claim_conflicts_total | counter | job_name |
+| runner_takeovers_total | counter | job_name (attempts abandoned by a lost owner, taken over here) |
+| runner_last_success_timestamp_seconds | gauge | job_name (when this process last recorded one) |
+| runner_duty_failures_total | counter | duty |
 | runner_inflight_runs | gauge | |
 
-**Backfill plans** (``BackfillCollector``, on a process started with ``--metrics-port``):
-read from the ledger when scraped (at most once a second, whatever the scrape rate, on a
-connection of its own with a 2 s statement timeout), so every process reports the same
-fleet-wide values — aggregate them with ``max by (plan)``, not ``sum`` — except the live lag,
-which is the process's own. Labelled by ``plan`` (the plan's id) and ``job``: a plan's id
+**From the ledger** (``LedgerCollector``, on a process started with ``--metrics-port``):
+read when scraped (at most once a second, whatever the scrape rate, on a connection of its
+own with a 2 s statement timeout), so every process reports the same fleet-wide values —
+aggregate them with ``max by (...)``, not ``sum``:
+
+| metric | type | labels |
+|---|---|---|
+| runner_slot_after_last_success_timestamp_seconds | gauge | job_name (the slot after the newest |
+| | | succeeded slot of the job, any partition: due and not succeeded once it is past; when |
+| | | none of the job's newest ``SUCCESS_WINDOW`` runs succeeded, the oldest of their slots) |
+| runner_effects_resent | gauge | job_name (side effects sent more than once, now in the ledger) |
+| runner_runs_dead | gauge | job_name (dead runs now: no attempt left, until an operator acts) |
+
+**Backfill plans** (the same ``LedgerCollector`` and read): fleet-wide too — aggregate them
+with ``max by (plan)`` — except the live lag, which is the process's own. Labelled by ``plan``
+(the plan's id) and ``job_name``: a plan's id
 grows without bound over the months, so only the plans not finished and those finished in
 the last ``FINISHED_KEEP`` seconds (10 minutes: long enough for a scrape to see the end) are
 reported, at most ``MAX_PLANS`` of them, newest first; a finished plan's series then
@@ -30,19 +57,20 @@ disappear from the endpoint by themselves (there is nothing to remove).
 
 | metric | type | labels |
 |---|---|---|
-| runner_backfill_expected_runs | gauge | plan, job |
-| runner_backfill_remaining_runs | gauge | plan, job (pending, running or waiting for a retry) |
-| runner_backfill_runs_per_second | gauge | plan, job (runs finished in the last minute, per second) |
-| runner_backfill_eta_seconds | gauge | plan, job (remaining / rate; absent while the rate is 0) |
-| runner_backfill_failures | gauge | plan, job (failed or dead runs now) |
-| runner_backfill_pauses_total | counter | plan, job, cause (max_failures, condition, condition_error, |
+| runner_backfill_expected_runs | gauge | plan, job_name |
+| runner_backfill_remaining_runs | gauge | plan, job_name (pending, running or waiting for a retry) |
+| runner_backfill_runs_per_second | gauge | plan, job_name (runs finished in the last minute, per second) |
+| runner_backfill_eta_seconds | gauge | plan, job_name (remaining / rate; absent while the rate is 0) |
+| runner_backfill_failures | gauge | plan, job_name (failed or dead runs now) |
+| runner_backfill_pauses_total | counter | plan, job_name, cause (max_failures, condition, condition_error, |
 | | | operator, other) |
-| runner_backfill_paused | gauge | plan, job, cause (1 while paused) |
-| runner_backfill_status | gauge | plan, job, status (1 for the plan's status) |
-| runner_backfill_verified | gauge | plan, job (1 passed, 0 failed or error; absent before) |
-| runner_backfill_live_lag_seconds | gauge | plan, job (this process's p99 start lag of live slots |
+| runner_backfill_paused | gauge | plan, job_name, cause (1 while paused) |
+| runner_backfill_status | gauge | plan, job_name, status (1 for the plan's status) |
+| runner_backfill_verified | gauge | plan, job_name (1 passed, 0 failed or error; absent before) |
+| runner_backfill_live_lag_seconds | gauge | plan, job_name (this process's p99 start lag of live slots |
 | | | in the last minute, while the plan runs) |
-| runner_backfill_metrics_up | gauge | (0 when the ledger could not be read for this scrape) |
+| runner_ledger_metrics_up | gauge | (0 when the ledger could not be read for this scrape: then none |
+| | | of the ledger-read metrics above is reported) |
 """
 
 from __future__ import annotations
@@ -51,7 +79,8 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -60,39 +89,58 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from runner import ledger
+from runner.schedule import Schedule
 from runner.sqlfiles import queries
 
 log = logging.getLogger("runner.metrics")
 Q = queries("metrics")
 
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+# a handler's duration, from a few milliseconds to hours: the slow-run alert compares
+# quantiles of it, which a histogram can only tell within its buckets
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600,
+                     7200, 14400, 21600)
 LIVE_WINDOW = 60.0  # seconds of live start lag kept for runner_backfill_live_lag_seconds
 FINISHED_KEEP = 600.0  # seconds a finished plan stays on the endpoint
 MAX_PLANS = 50
 MIN_INTERVAL = 1.0  # seconds between two ledger reads of the collector
+SUCCESS_WINDOW = 1000  # runs of a job looked at, newest first, for its last success
+STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "refused")  # an attempt's outcomes
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.started = Counter("runner_runs_started", "Attempts started", ["job", "trigger"], registry=r)
-        self.completed = Counter("runner_runs_completed", "Attempts ended, by outcome", ["job", "status"],
-                                 registry=r)
-        self.duration = Histogram("runner_run_duration_seconds", "Handler duration", ["job"], registry=r)
-        self.lag = Histogram("runner_schedule_lag_seconds", "Attempt start minus slot instant", ["job"],
+        self.started = Counter("runner_attempts_started", "Attempts started (a retry or a takeover is "
+                               "another attempt of the same run)", ["job_name", "trigger"], registry=r)
+        self.completed = Counter("runner_attempts_completed", "Attempts ended, by outcome",
+                                 ["job_name", "status"], registry=r)
+        self.duration = Histogram("runner_run_duration_seconds", "Handler duration of one attempt",
+                                  ["job_name"], buckets=_DURATION_BUCKETS, registry=r)
+        self.lag = Histogram("runner_schedule_lag_seconds", "Attempt start minus slot instant", ["job_name"],
                              buckets=_LAG_BUCKETS, registry=r)
-        self.conflicts = Counter("runner_claim_conflicts", "Slots another process had claimed", ["job"],
+        self.conflicts = Counter("runner_claim_conflicts", "Slots another process had claimed", ["job_name"],
                                  registry=r)
-        self.takeovers = Counter("runner_takeovers", "Runs taken over from a lost owner", ["job"], registry=r)
+        self.takeovers = Counter("runner_takeovers", "Attempts abandoned by a lost owner, taken over here",
+                                 ["job_name"], registry=r)
         self.last_success = Gauge("runner_last_success_timestamp_seconds", "Last recorded success",
-                                  ["job"], registry=r)
+                                  ["job_name"], registry=r)
         self.duty_failures = Counter("runner_duty_failures", "Loop duties that failed (retried)", ["duty"],
                                      registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._live: collections.deque[tuple[float, float]] = collections.deque(maxlen=20_000)
         self._live_lock = threading.Lock()
+
+    def declare(self, job_names: Iterable[str]) -> None:
+        """Start every job's counters at 0, so a rule's ``increase()`` sees the first event
+        (a counter series born at 1 shows no increase)."""
+        for name in job_names:
+            for status in STATUSES:
+                self.of(self.completed, name, status)
+            self.of(self.takeovers, name)
+            self.of(self.conflicts, name)
 
     def observe_lag(self, job: str, seconds: float, trigger: str) -> None:
         """A claimed run's start lag: the histogram, and for live slots (trigger schedule)
@@ -114,9 +162,12 @@ class Metrics:
             return None
         return values[min(len(values) - 1, int(0.99 * len(values)))]
 
-    def watch_backfills(self, open_conn: Callable[[], psycopg.Connection[Any]]) -> BackfillCollector:
-        """Report the backfill plans (read from the ledger at scrape time) on this registry."""
-        collector = BackfillCollector(open_conn, self.live_lag_p99)
+    def watch_ledger(self, open_conn: Callable[[], psycopg.Connection[Any]],
+                     schedules: Mapping[str, Schedule] | None = None) -> LedgerCollector:
+        """Report the ledger's figures (read at scrape time: the backfill plans, and for the
+        jobs of ``schedules`` the slot after their last success, the resent effects) on this
+        registry."""
+        collector = LedgerCollector(open_conn, self.live_lag_p99, schedules=schedules)
         self.registry.register(collector)
         return collector
 
@@ -133,16 +184,20 @@ class Metrics:
         start_http_server(port, addr=addr, registry=self.registry)
 
 
-class BackfillCollector(Collector):
-    """The backfill plan metrics (see the module docstring), read from the ledger when
-    scraped. Its own connection; a failure yields runner_backfill_metrics_up 0 and opens
-    the connection again at the next scrape."""
+class LedgerCollector(Collector):
+    """The metrics read from the ledger when scraped (see the module docstring): backfill
+    plans, the slot after each job's last success, resent effects. Its own connection; a
+    failure yields runner_ledger_metrics_up 0 and opens the connection again at the next
+    scrape."""
 
     def __init__(self, open_conn: Callable[[], psycopg.Connection[Any]],
                  live_lag: Callable[[], float | None] = lambda: None, keep: float = FINISHED_KEEP,
-                 limit: int = MAX_PLANS, min_interval: float = MIN_INTERVAL) -> None:
+                 limit: int = MAX_PLANS, min_interval: float = MIN_INTERVAL,
+                 schedules: Mapping[str, Schedule] | None = None) -> None:
         self._open = open_conn
         self._live_lag = live_lag
+        self._schedules = dict(schedules or {})
+        self._jobs: tuple[dict[str, datetime], dict[str, int], dict[str, int]] = ({}, {}, {})
         self.keep, self.limit, self.min_interval = keep, limit, min_interval
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
@@ -172,23 +227,55 @@ class BackfillCollector(Collector):
                     self._conn.execute("SET jit = off")
                 self._rows = ledger.dict_rows(self._conn, Q["backfill_metrics"], {
                     "keep": self.keep, "limit": self.limit, "window": LIVE_WINDOW, "now": None})
+                newest = ledger.dict_rows(self._conn, Q["newest_succeeded_slots"],
+                                          {"job_names": sorted(self._schedules), "window": SUCCESS_WINDOW})
+                resent = ledger.dict_rows(self._conn, Q["resent_effects"], {})
+                dead = ledger.dict_rows(self._conn, Q["dead_runs"], {})
+                self._jobs = ({r["job_name"]: self._due_after(r) for r in newest
+                               if r["newest_success"] is not None or r["no_success_since"] is not None},
+                              {r["job_name"]: int(r["resent"]) for r in resent},
+                              {r["job_name"]: int(r["dead"]) for r in dead})
             except psycopg.Error as exc:
-                log.warning("backfill metrics: %s: %s", type(exc).__name__, str(exc).strip()[:200])
+                log.warning("ledger metrics: %s: %s", type(exc).__name__, str(exc).strip()[:200])
                 if self._conn is not None:
                     self._conn.close()
                 self._conn, self._rows = None, None
             self._read_at = time.monotonic()
             return self._rows
 
+    def _due_after(self, row: dict[str, Any]) -> datetime:
+        """The slot due after the job's last success (or its oldest slot looked at, when
+        none of them succeeded)."""
+        if row["newest_success"] is None:
+            return row["no_success_since"]  # type: ignore[no-any-return]
+        return self._schedules[row["job_name"]].next_after(row["newest_success"])
+
     def collect(self) -> Iterator[Metric]:
         plans = self.read()
-        up = GaugeMetricFamily("runner_backfill_metrics_up", "Whether the ledger could be read for the "
-                               "backfill metrics of this scrape")
+        up = GaugeMetricFamily("runner_ledger_metrics_up", "Whether the ledger could be read for the "
+                               "ledger-read metrics of this scrape")
         up.add_metric([], 0.0 if plans is None else 1.0)
         yield up
         if plans is None:
             return
-        names = ["plan", "job"]
+        newest, resent, dead = self._jobs
+        due = GaugeMetricFamily("runner_slot_after_last_success_timestamp_seconds", "The slot after the "
+                                "newest succeeded slot of the job (any partition), as a Unix time",
+                                labels=["job_name"])
+        for job_name, slot in sorted(newest.items()):
+            due.add_metric([job_name], slot.timestamp())
+        yield due
+        effects = GaugeMetricFamily("runner_effects_resent", "Side effects sent more than once, now in "
+                                    "the ledger", labels=["job_name"])
+        for job_name, count in sorted(resent.items()):
+            effects.add_metric([job_name], float(count))
+        yield effects
+        dead_runs = GaugeMetricFamily("runner_runs_dead", "Dead runs now (no attempt left, until an "
+                                      "operator reruns, skips or cancels them)", labels=["job_name"])
+        for job_name in sorted(set(dead) | set(self._schedules)):
+            dead_runs.add_metric([job_name], float(dead.get(job_name, 0)))
+        yield dead_runs
+        names = ["plan", "job_name"]
 
         def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=[*names, *extra])

@@ -102,9 +102,9 @@ from typing import Any
 import psycopg
 
 from runner import conditions, policies
-from runner.app import JobDef
 from runner.events import event
 from runner.fanout import plan_slot
+from runner.jobs import JobDef
 from runner.schedule import idempotency_key
 from runner.sqlfiles import queries
 from runner.tiers import RUNS, Tier

@@ -1,6 +1,7 @@
 """The operator's side: ``runner status``, ``rerun``, ``pause``, ``resume``, ``retire`` and
 ``unretire`` without the parsing and printing (that is runner/cli.py), on the named SQL of
-``sql/queries/operate.sql``.
+``sql/queries/operate.sql``. The actions among them are registered, with their parameters
+and impact, in runner/actions.py, which the CLI and the console dispatch through.
 
 Every change an operator makes follows one shape: a *plan* reads what the action would touch
 (shown to the operator, who confirms), then one call of the action's database function
@@ -42,7 +43,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from runner import ledger
-from runner.app import JobDef, Runner
+from runner.jobs import JobDef, JobSource
 from runner.sqlfiles import queries
 
 Q = queries("operate")
@@ -114,7 +115,7 @@ class StatusReport:
     backfills: list[dict[str, Any]] = field(default_factory=list)
 
 
-def status(conn: psycopg.Connection[Any], app: Runner | None = None,
+def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
            job_name: str | None = None, with_alerts: bool = True,
            with_backfills: bool = True) -> StatusReport:
     """Per-job health and the alerts. ``missing`` is the job's count in runner.missing_slots

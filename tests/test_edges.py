@@ -12,9 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import JobContext, Runner, ledger, loop
+from runner import JobContext, Runner, ledger
 from runner.ledger import Outcome
 from runner.loop import LoopConfig, Worker
+from runner.worker import executor
 from tests.apps.edges import FAN_KEYS
 from tests.support import (
     RunnerProcess,
@@ -83,18 +84,17 @@ def test_a_refused_outcome_does_not_unlock_the_newer_attempt(db_url: str) -> Non
     release = threading.Event()
     worker, claim = _one_job_worker(db_url, "relocked", lambda ctx: release.wait(30))
     try:
-        conn = worker._conn()
+        conn = worker.session.conn()
         _, (old,) = ledger.claim_slots(conn, worker.owner, [claim])
-        worker._start([old])
+        worker.executor.start([old])
         ledger.unlock_runs(conn, worker.owner.namespace, [old.id])  # as if the session had died:
-        with worker._active_lock:
-            worker._locks.discard((old.id, old.fence))  # (what _reconnect does with its holds)
+        worker.attempts.release([old])  # (what a reconnect does with its holds)
         with psycopg.connect(db_url, autocommit=True) as admin:  # (its backend gone)
             admin.execute("UPDATE runner.attempts SET owner_backend_pid = NULL WHERE run_id = %s", (old.id,))
         (new,), _ = ledger.take_over_orphans(conn, worker.owner, ["relocked"], 10)
-        worker._start([new])
+        worker.executor.start([new])
         assert new.fence == old.fence + 1
-        done = worker._record(None, [(old, Outcome(old.id, old.fence, "succeeded"))])  # refused: stale
+        done = worker.completer.record(None, [(old, Outcome(old.id, old.fence, "succeeded"))])  # refused: stale
         if done is not None:
             done.close()
         held = scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
@@ -116,18 +116,18 @@ def test_a_retry_claimed_before_the_old_attempt_unlocks_leaves_no_lock(db_url: s
     release = threading.Event()
     worker, claim = _one_job_worker(db_url, "relocked", lambda ctx: release.wait(30))
     try:
-        conn = worker._conn()
+        conn = worker.session.conn()
         _, (old,) = ledger.claim_slots(conn, worker.owner, [claim])
-        worker._start([old])
+        worker.executor.start([old])
         failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
         with psycopg.connect(db_url, autocommit=True) as other:  # the completer's commit
             assert ledger.finish_attempts(other, [failed]) == {(old.id, old.fence): True}
         _, (new,) = ledger.claim_due_runs(conn, worker.owner, ["relocked"], 5)  # before the unlock
         assert (new.id, new.fence, new.locked) == (old.id, old.fence + 1, True)
-        worker._start([new])
+        worker.executor.start([new])
 
         for run, outcome in ((old, failed), (new, Outcome(new.id, new.fence, "succeeded"))):
-            done = worker._record(None, [(run, outcome)])  # the old one: refused, already landed
+            done = worker.completer.record(None, [(run, outcome)])  # the old one: refused, already landed
             if done is not None:
                 done.close()
         assert scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s", (old.id,)) == "succeeded"
@@ -155,7 +155,7 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(
     a_worker, claim = _one_job_worker(db_url, "handed", lambda ctx: ran.set(), max_attempts=2)
     worker, _ = _one_job_worker(db_url, "handed", lambda ctx: ran.set(), max_attempts=2)
     try:
-        a, conn = a_worker._conn(), worker._conn()  # A's and B's lock sessions
+        a, conn = a_worker.session.conn(), worker.session.conn()  # A's and B's lock sessions
         _, (old,) = ledger.claim_slots(a, a_worker.owner, [claim])
         failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
         with psycopg.connect(db_url, autocommit=True) as completer:  # A's completer commits
@@ -179,25 +179,25 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(
 
         new = claim_retry()  # B, before A unlocks
         assert (new.id, new.locked) == (old.id, False)
-        worker._start([new])
+        worker.executor.start([new])
         released_as_a_retry(new, 1.0)
         # A still has not unlocked: released again, each time twice as late (shortened here)
-        monkeypatch.setattr(loop, "LOCK_BUSY_DELAY", 0.05)
-        for streak in range(1, loop.LOCK_BUSY_RELEASES):
+        monkeypatch.setattr(executor, "LOCK_BUSY_DELAY", 0.05)
+        for streak in range(1, executor.LOCK_BUSY_RELEASES):
             again = claim_retry()
             assert again.locked is False
-            worker._start([again])
+            worker.executor.start([again])
             released_as_a_retry(again, 0.05 * 2 ** streak)
         last = claim_retry()  # and after LOCK_BUSY_RELEASES in a row, the attempt counts
         assert last.locked is False
-        worker._start([last])
+        worker.executor.start([last])
         eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
                                   (old.id,)) == "dead", timeout=10, message="the run dead")
         assert not ran.is_set()
         assert rows(db_url, "SELECT fence, status, error_class FROM runner.attempts WHERE run_id = %s"
                             " ORDER BY fence", (old.id,)) == [
-            (1, "failed", "E"), *[(f, "released", "runner.LockBusy") for f in range(2, 2 + loop.LOCK_BUSY_RELEASES)],
-            (2 + loop.LOCK_BUSY_RELEASES, "dead", "runner.errors.LockUnavailable")]
+            (1, "failed", "E"), *[(f, "released", "runner.LockBusy") for f in range(2, 2 + executor.LOCK_BUSY_RELEASES)],
+            (2 + executor.LOCK_BUSY_RELEASES, "dead", "runner.errors.LockUnavailable")]
 
         # the same moment once: A unlocks a round trip late, and the retry runs
         claim2 = ledger.SlotClaim("handed", claim.slot + timedelta(hours=1), "", claim.business_date,
@@ -208,12 +208,12 @@ def test_a_retry_claimed_while_another_runner_unlocks_is_released_uncounted(
             assert ledger.finish_attempts(completer, [failed2]) == {(old2.id, old2.fence): True}
         _, (new2,) = ledger.claim_due_runs(conn, worker.owner, ["handed"], 5)
         assert (new2.id, new2.locked) == (old2.id, False)
-        worker._start([new2])
+        worker.executor.start([new2])
         released_as_a_retry(new2, 0.05)
         ledger.unlock_runs(a, a_worker.owner.namespace, [old2.id])  # A's unlock
         third = claim_retry()
         assert (third.id, third.locked) == (old2.id, True)
-        worker._start([third])
+        worker.executor.start([third])
         assert ran.wait(10), "the retry never ran"
         eventually(lambda: scalar(db_url, "SELECT status FROM runner.job_runs WHERE id = %s",
                                   (old2.id,)) == "succeeded", timeout=10, message="the retry recorded")
@@ -242,7 +242,7 @@ def test_an_attempt_taken_over_before_it_took_its_key_never_runs(db_url: str) ->
     a_worker, claim = _one_job_worker(db_url, "woken", lambda ctx: ran.set())
     worker, _ = _one_job_worker(db_url, "woken", lambda ctx: ran.set())
     try:
-        a, conn = a_worker._conn(), worker._conn()
+        a, conn = a_worker.session.conn(), worker.session.conn()
         _, (old,) = ledger.claim_slots(a, a_worker.owner, [claim])
         failed = Outcome(old.id, old.fence, "failed", error_class="E", error_message="x", retry_delay=0.0)
         with psycopg.connect(db_url, autocommit=True) as completer:
@@ -262,7 +262,7 @@ def test_an_attempt_taken_over_before_it_took_its_key_never_runs(db_url: str) ->
             assert done == {(taken.id, taken.fence): True}
         ledger.unlock_runs(a, a_worker.owner.namespace, [taken.id])
 
-        worker._start([late])  # B wakes up: the key is free now
+        worker.executor.start([late])  # B wakes up: the key is free now
         eventually(lambda: scalar(db_url, "SELECT status FROM runner.attempts WHERE run_id = %s AND fence = %s",
                                   (late.id, late.fence)) == "stale", timeout=10, message="B's attempt closed stale")
         assert not ran.is_set(), "the handler of an attempt that lost its run ran"
@@ -285,10 +285,10 @@ def test_the_worker_role_may_read_who_holds_a_run_key(db_url: str, db_roles: Any
     login_url = db_roles.url(db_url, "worker")
     worker, claim = _one_job_worker(login_url, "held", lambda ctx: None)  # a runner of that login
     try:
-        _, (run,) = ledger.claim_slots(worker._conn(), worker.owner, [claim])  # held by its session
+        _, (run,) = ledger.claim_slots(worker.session.conn(), worker.owner, [claim])  # held by its session
         with psycopg.connect(login_url, autocommit=True) as login:
             assert ledger.key_holder(login, worker.owner.namespace, run.id, run.fence + 1) == (False, True, False)
-            ledger.unlock_runs(worker._conn(), worker.owner.namespace, [run.id])
+            ledger.unlock_runs(worker.session.conn(), worker.owner.namespace, [run.id])
             assert ledger.key_holder(login, worker.owner.namespace, run.id, run.fence + 1)[0] is True
     finally:
         worker.stop()

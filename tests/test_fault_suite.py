@@ -111,7 +111,7 @@ def test_relock_after_a_lost_session_takes_each_lock_once(db_url: str) -> None:
     """Found by the fault suite (leaked advisory locks after connection kills).
 
     After its lock session is cut, a runner locks the runs it still executes again on the
-    new session (runner/loop.py ``_reconnect`` -> ledger.relock_runs, sql/queries/takeover.sql
+    new session (runner/worker/session.py ``reconnect`` -> ledger.relock_runs, sql/queries/takeover.sql
     ``relock_runs``), then releases each lock once when the run's outcome is recorded. The
     planner inlines the ``still`` CTE and evaluates the ``pg_try_advisory_lock`` filter on
     the scan of ``mine`` inside a nested loop, once per running run it is joined with: with
@@ -236,7 +236,7 @@ def test_a_session_cut_while_relocking_does_not_end_the_runner(db_url: str,
     try:
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'") >= 1,
                    timeout=20)
-        worker._conn().close()  # the lock session dies: the next tick reconnects
+        worker.session.conn().close()  # the lock session dies: the next tick reconnects
         eventually(lambda: len(calls) >= 2, timeout=10, message="a second reconnection after the cut")
         done = scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'")
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs"

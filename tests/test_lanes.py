@@ -239,3 +239,40 @@ def test_backfill_refuses_an_unknown_lane_and_accepts_the_old_tag(db_url: str) -
     assert out.returncode != 0 and "unknown lane 'nope'" in out.stderr
     assert scalar(db_url, "SELECT count(*) FROM runner.backfills") == 0
     assert lanes.plan_lane("backfill") == "bulk" and lanes.plan_lane("catch_up") == "correction"
+
+
+def test_runs_in_flight_lose_no_update_between_the_loop_and_the_completer() -> None:
+    """The in-flight counts (runner/worker/budget.py ``InFlight``) are written by the loop
+    thread (a run started) and the completer thread (a run recorded); the lane caps are
+    computed from them. Before, they were two plain attributes of the Worker written from
+    both threads without a lock: with a thread switch forced at every few bytecodes, many
+    threads starting and ending runs through the same counts lose updates, and the counts
+    end off zero (a count that drifts up leaves the process claiming less and less; one that
+    drifts down lets it claim past its cap). Fails with the lock taken out of ``InFlight``."""
+    import sys
+
+    from runner.worker.budget import InFlight
+
+    inflight = InFlight()
+    threads_, rounds = 8, 10000
+    start = threading.Barrier(threads_)
+
+    def starts_and_ends(lane: str) -> None:
+        start.wait()
+        for _ in range(rounds):
+            inflight.started([lane, lane])  # a claim of two runs (loop thread)
+            inflight.ended([lane])  # and two outcomes recorded (completer), one by one
+            inflight.ended([lane])
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=starts_and_ends, args=(("realtime", "bulk")[i % 2],))
+                   for i in range(threads_)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert (inflight.total, inflight.of("realtime"), inflight.of("bulk")) == (0, 0, 0)

@@ -49,8 +49,8 @@ def test_downgrade_then_upgrade_round_trips(db_url: str) -> None:
     with psycopg.connect(db_url) as conn:
         before = migrate.describe_schema(conn)
     migrate.downgrade(db_url, "base")
-    assert scalar(db_url, "SELECT to_regclass('runner.job_runs')") is None
-    assert scalar(db_url, "SELECT count(*) FROM runner.alembic_version") == 0
+    # README: `runner db downgrade base` removes the runner schema, its version table with it
+    assert scalar(db_url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'runner'") == 0
     migrate.upgrade(db_url)
     with psycopg.connect(db_url) as conn:
         assert migrate.describe_schema(conn) == before
@@ -261,4 +261,22 @@ def test_a_ledger_of_the_previous_release_upgrades_to_exactly_a_fresh_install(
     assert previous != migrate.HEAD
     migrate.upgrade(empty_db_url)
     assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == migrate.HEAD
+    assert _dump(empty_db_url) == _dump(db_url)
+
+
+def test_the_offline_sql_applies_with_psql_and_equals_the_online_upgrade(db_url: str, empty_db_url: str) -> None:
+    """`runner db sql` is what a DBA applies with psql: every % as written (no doubling: a
+    RAISE with doubled %s has too many parameters), the migrate lock and the lock timeout
+    taken as online; applied with ON_ERROR_STOP it gives the online upgrade's schema."""
+    if shutil.which("psql") is None or shutil.which("pg_dump") is None:
+        pytest.skip("psql and pg_dump are not installed")
+    text = migrate.offline_sql()
+    assert "%%" not in text
+    assert "SELECT pg_advisory_xact_lock(21077, -2);" in text
+    assert "SELECT set_config('lock_timeout', '5000ms', true);" in text
+    applied = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", empty_db_url],
+                             input=text, capture_output=True, text=True, timeout=300)
+    assert applied.returncode == 0, applied.stderr[-2000:]
+    assert scalar(empty_db_url, "SELECT version_num FROM runner.alembic_version") == migrate.HEAD
+    assert migrate.unapplied_objects_of(empty_db_url) == []
     assert _dump(empty_db_url) == _dump(db_url)

@@ -19,8 +19,10 @@ import psycopg
 import pytest
 
 from runner import backfill, conditions
+from tests import promserver
 from tests.apps.conditions import app as cond_app
-from tests.support import RunnerProcess, eventually, rows, run_cli
+from tests.promserver import Exporter
+from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -169,6 +171,26 @@ def test_a_runner_without_prometheus_pauses_the_plan_saying_so(db_url: str) -> N
                        "(RUNNER_PROMETHEUS_URL)")]
 
 
+@pytest.mark.parametrize("condition", ["prometheus:firing_empty", "SELECT false"])
+def test_the_condition_session_evaluates_pass_after_pass(db_url: str, prometheus: Prometheus,
+                                                         condition: str, db_roles: Any) -> None:
+    """Every pass resets the condition session (DISCARD ALL): a session that let psycopg
+    prepare its statements (after five runs) failed every pass after the first reset."""
+    db_roles.apply(db_url)  # the condition role, which SQL conditions run as
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        spec = backfill.Spec(job_name="hourly", range_from=T0, range_to=T0 + HOUR)
+        plan_id = backfill.create(conn, backfill.plan(conn, cond_app.jobs["hourly"], spec), "r", "t")[
+            "backfill"]["id"]
+        conn.execute("UPDATE runner.backfills SET pause_when = %s", (condition,))
+    with conditions.connect(db_url) as cond:
+        for _ in range(12):
+            assert conditions.run_once(cond, 21077, ["hourly"], every=0, prometheus_url=prometheus.url) == {
+                plan_id: conditions.Evaluation(False)}
+    with psycopg.connect(db_url, autocommit=True) as conn, pytest.raises(ValueError, match="prepare_threshold"):
+        conditions.reset_session(conn)
+
+
 def test_a_slow_prometheus_refuses_the_plan_at_creation_within_the_timeout(db_url: str,
                                                                          prometheus: Prometheus) -> None:
     began = time.monotonic()
@@ -214,3 +236,65 @@ def test_a_runner_pauses_plans_whose_prometheus_fails_or_is_too_slow(db_url: str
             or "too long" in paused[made["slower"]]), paused[made["slower"]]
     assert rows(db_url, "SELECT pauses FROM runner.backfills ORDER BY id") == [
         ({"condition_error": 1},), ({"condition_error": 1},)]
+
+
+def test_a_real_prometheus_condition_pauses_the_plan_every_time_it_holds(db_url: str, tmp_path: Path) -> None:
+    """A real Prometheus (tests/promserver.py) scrapes a series the test flips; a real runner
+    evaluates the plan's condition against it for as long as it runs, not once: it pauses on
+    true, runs on after a resume while false, and pauses again — three times — without a
+    failing condition duty (psycopg's prepared statements against the session reset)."""
+    exporter = Exporter()
+    exporter.values["pause_flag"] = 0
+    try:
+        with promserver.prometheus(tmp_path, {"flags": [exporter.address]}) as prom:
+            def seen(value: int) -> bool:
+                return [s["value"][1] for s in prom.query("pause_flag")] == [str(value)]
+            eventually(lambda: seen(0), timeout=30, interval=0.2, message="pause_flag 0 scraped")
+            app = "tests/apps/conditions.py:app"
+            made = run_cli("backfill", "hourly", "--from", T0.isoformat(), "--to",
+                           (T0 + 5000 * HOUR).isoformat(), "--reason", "replay", "--yes", "--json",
+                           "--pause-when-prometheus", "pause_flag == 1", "--prometheus-url", prom.url,
+                           "--app", app, url=db_url)
+            assert made.returncode == 0, made.stderr
+            assert json.loads(made.stdout)["pause_when_now"] is False
+            plan = rows(db_url, "SELECT id FROM runner.backfills")[0][0]
+            proc = RunnerProcess(app, db_url, "--poll-interval", "0.2", "--prometheus-url", prom.url,
+                                 log=tmp_path / "runner.log")
+
+            def status() -> tuple[str, str | None]:
+                return rows(db_url, "SELECT status::text, pause_reason FROM runner.backfills WHERE id = %s",
+                            (plan,))[0]
+
+            def done_runs() -> int:
+                return int(rows(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'hourly' "
+                                "AND trigger = 'backfill' AND status = 'succeeded'")[0][0])
+
+            try:
+                for cycle in range(3):
+                    exporter.values["pause_flag"] = 1
+                    eventually(lambda: status() == ("paused", "pause_when returned true"), timeout=30,
+                               interval=0.2, message=f"cycle {cycle}: paused on true")
+                    exporter.values["pause_flag"] = 0
+                    eventually(lambda: seen(0), timeout=30, interval=0.2, message="pause_flag 0 scraped")
+                    resumed_at = rows(db_url, "SELECT now()")[0][0]
+                    out = run_cli("backfill", "resume", str(plan), "--reason", f"cycle {cycle}", "--yes",
+                                  url=db_url)
+                    assert out.returncode == 0, out.stderr
+                    runs = done_runs()
+
+                    def ran_on(resumed_at: Any = resumed_at, runs: int = runs) -> bool:
+                        checked = rows(db_url, "SELECT pause_checked_at FROM runner.backfills WHERE id = %s",
+                                       (plan,))[0][0]
+                        # a check after the resume found the condition false: the plan runs on
+                        return (checked is not None and checked > resumed_at and status()[0] == "running"
+                                and done_runs() > runs)
+                    eventually(ran_on, timeout=30, interval=0.2, message=f"cycle {cycle}: runs on after resume")
+                assert proc.proc.poll() is None
+            finally:
+                assert proc.terminate() == 0, proc.output()
+    finally:
+        exporter.close()
+    log = proc.output()
+    assert "duty conditions failed" not in log, log[-3000:]
+    assert rows(db_url, "SELECT pauses FROM runner.backfills WHERE id = %s", (plan,)) == [({"condition": 3},)]
+    assert_ledger_clean(db_url)

@@ -41,7 +41,7 @@ def test_each_runner_claims_its_own_share(db_url: str) -> None:
         # steal_after is long: any run owned by the other runner would be a share not honoured
         a = stack.enter_context(running(fanout_app(), db_url, steal_after=60.0))
         b = stack.enter_context(running(fanout_app(), db_url, steal_after=60.0))
-        eventually(lambda: "fanout" in a._shares and "fanout" in b._shares, message="both see two runners")
+        eventually(lambda: "fanout" in a.claims.shares and "fanout" in b.claims.shares, message="both see two runners")
         since = scalar(db_url, "SELECT now() + interval '1 second'")
         # three whole slots: counting slots with any success let a slot still finishing at
         # shutdown count as one (112 of 120 runs seen once on a loaded machine)
@@ -50,7 +50,7 @@ def test_each_runner_claims_its_own_share(db_url: str) -> None:
                                           " GROUP BY 1 HAVING count(*) = %s) s", (since, len(PARTITIONS))) >= 3,
                    message="three slots after both shared out")
         instances = sorted([a.owner.instance, b.owner.instance])
-        assert (a._shares["fanout"], b._shares["fanout"]) == (
+        assert (a.claims.shares["fanout"], b.claims.shares["fanout"]) == (
             (instances.index(a.owner.instance), 2), (instances.index(b.owner.instance), 2))
         stolen = a.stats["stolen"] + b.stats["stolen"]
     runs = rows(db_url, "SELECT r.schedule_slot, r.idempotency_key, a.owner_instance FROM runner.job_runs r"
@@ -81,14 +81,14 @@ def test_a_silent_runners_share_is_claimed_after_steal_after(db_url: str) -> Non
         pass
 
     with running(app, db_url, steal_after=0.3) as worker:
-        eventually(lambda: "fanout" in worker._shares, message="the worker sees the silent runner")
-        assert "alone" not in worker._shares
+        eventually(lambda: "fanout" in worker.claims.shares, message="the worker sees the silent runner")
+        assert "alone" not in worker.claims.shares
         since = scalar(db_url, "SELECT now() + interval '1 second'")
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'fanout'"
                                           " AND schedule_slot > %s AND status = 'succeeded'",
                                   (since,)) >= 3 * len(PARTITIONS), timeout=20, message="three whole slots")
         mine = sorted([worker.owner.instance, silent]).index(worker.owner.instance)
-        assert worker._shares["fanout"] == (mine, 2)
+        assert worker.claims.shares["fanout"] == (mine, 2)
         assert worker.stats["stolen"] > 0
     runs = rows(db_url, "SELECT r.schedule_slot, r.idempotency_key, a.started_at - r.schedule_slot,"
                         " a.owner_instance FROM runner.job_runs r"
@@ -123,5 +123,5 @@ def test_a_runner_whose_lock_session_is_gone_has_no_share(db_url: str) -> None:
                  " AND status = 'succeeded' GROUP BY 1 HAVING count(*) = %s) s")
         eventually(lambda: scalar(db_url, whole, (since, len(PARTITIONS))) >= 2,
                    timeout=20, message="two whole slots, none waiting 60 s for a dead runner's share")
-        assert worker._shares == {}
+        assert worker.claims.shares == {}
         assert worker.stats["stolen"] == 0

@@ -310,7 +310,7 @@ def test_two_attempts_of_one_run_in_one_process_each_end_as_their_own(db_url: st
                 other.execute("SELECT * FROM runner.start_attempts_v1(ARRAY[%s]::bigint[],"
                               " ARRAY[1]::bigint[], true, 'elsewhere', 1, %s, %s)", (run_id, uuid4(), ns))
                 admin.execute(allow + "true")
-                eventually(worker._session_alive, timeout=20, message="the worker reconnected")
+                eventually(worker.session.alive, timeout=20, message="the worker reconnected")
                 eventually(lambda: scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE"
                                                   " application_name = 'runner' AND datname = %s",
                                           (dbname,)) >= 1, timeout=20, message="a new lock session")

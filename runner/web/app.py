@@ -2,8 +2,10 @@
 
 Pages and API share their code: every page renders what a function of runner/web/reads.py
 returned, and ``GET /api/...`` returns the same data as JSON; every action, from a form or
-``POST /api/...``, goes through runner/web/actions.py, i.e. the CLI's own plan and action
-functions. Who may do what is runner/web/auth.py.
+``POST /api/...``, goes through runner/web/actions.py, an adapter over the action registry
+(runner/actions.py) the CLI dispatches through too: ``/actions/NAME`` and
+``/api/actions/NAME`` serve every action of it. Times in a page's query are read by the
+registry's one time parser. Who may do what is runner/web/auth.py.
 
 Two connection pools: reads (``--read-database-url``, e.g. a replica; else the main URL)
 and actions (``--database-url``, which should be a login in the operator role of
@@ -41,6 +43,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runner import operate
+from runner.actions import parse_time
 from runner.app import Runner
 from runner.settings import redact
 from runner.web import actions, auth, charts, reads
@@ -147,7 +150,7 @@ def templates() -> Environment:
     env = Environment(loader=PackageLoader("runner.web", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters.update(span=_span, when=_when, pretty=_json_text)
-    env.globals.update(q=_query, statuses=reads.SEVERITY, titles=actions.TITLES)
+    env.globals.update(q=_query, statuses=reads.SEVERITY, titles=actions.titles())
     return env
 
 
@@ -283,15 +286,10 @@ EXPECTED = (reads.NotFound, PermissionError, operate.OperatorError, ValueError, 
 
 
 def _parse_time(value: str | None, name: str) -> datetime | None:
+    """A time of a page's query: the registry's one time parser (blank: none)."""
     if value is None or not value.strip():
         return None
-    try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ValueError(f"{name} must be an ISO 8601 time, got {value!r}") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"{name} must carry an offset, got {value!r}")
-    return parsed
+    return parse_time(value, name)
 
 
 def _int(value: str | None, name: str, default: int | None = None, high: int = 10_000) -> int | None:
@@ -421,7 +419,7 @@ def create_app(config: WebConfig) -> Starlette:
             return RedirectResponse("/login?" + _query(next=str(request.url.path) + "?" + request.url.query),
                                     status_code=303)
         name = request.path_params["action"]
-        params = {k: request.query_params.get(k) for k in actions.PARAMS.get(name, ())}
+        params = {k: request.query_params.get(k) for k in actions.fields(name)}
         try:
             actions.check(name)
             if not user.can_act:
@@ -447,7 +445,7 @@ def create_app(config: WebConfig) -> Starlette:
                                   message="CSRF check failed: the form expired or came from another site; "
                                           "nothing written")
         name = request.path_params["action"]
-        params = {k: form.get(k) for k in actions.PARAMS.get(name, ())}
+        params = {k: form.get(k) for k in actions.fields(name)}
         try:
             actions.check(name)
             done = await run_in_threadpool(console.act, actions.perform, name, params, user,
@@ -489,7 +487,7 @@ def create_app(config: WebConfig) -> Starlette:
                 return _api_error(400, "the body must be a JSON object (at most 64 KiB)")
             if "plan_id" in request.path_params:
                 body["plan_id"] = request.path_params["plan_id"]
-            params = {k: body.get(k) for k in actions.PARAMS.get(action, ())}
+            params = {k: body.get(k) for k in actions.fields(action)}
             try:
                 actions.check(action)
                 if not user.can_act:

@@ -132,7 +132,7 @@ def _raw_worker(url: str, partitions: int, batch: int, slot: datetime, share: in
     done_conn = psycopg.connect(url, autocommit=True)
     keys = [str(i) for i in range(partitions)]
     start = slot - timedelta(seconds=30)
-    # this process's share of the slot, as two runners split it (runner/loop.py: Shares)
+    # this process's share of the slot, as two runners split it (runner/worker/claims.py: Shares)
     claims = [SlotClaim("fanout", slot, k, date(2000, 1, 1), start, slot, ikey)
               for k, ikey in zip(keys, idempotency_keys("fanout", start, slot, keys, "1"), strict=True)
               if int(ikey[:8], 16) % 2 == share]

@@ -50,8 +50,8 @@ def test_the_queued_fan_out_is_bounded(db_url: str) -> None:
         def far_behind() -> bool:
             """Whether the next slot to fan out is 3 s old (recording the queue's peak)."""
             nonlocal peak
-            peak = max(peak, len(worker._pending) + sum(len(d.claims) for d in worker._deferred))
-            return (worker.now() - worker._next_slot["flood"]).total_seconds() > 3
+            peak = max(peak, len(worker.claims.pending) + sum(len(d.claims) for d in worker.claims.deferred))
+            return (worker.now() - worker.claims.next_slot["flood"]).total_seconds() > 3
 
         eventually(far_behind, timeout=30, interval=0.02,
                    message="later slots wait unexpanded while the backlog is full")

@@ -161,3 +161,103 @@ def test_a_viewer_sees_no_action_in_the_browser(ledger: Ledger, web: str, browse
     assert response is not None and response.status == 403
     page.screenshot(path=str(tmp_path / "viewer-refused.png"))
     assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]
+
+
+def _login(page: Any, web: str, token: str = OPERATOR_TOKEN) -> list[str]:
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("dialog", lambda d: (problems.append(f"a dialog opened: {d.message}"), d.dismiss()))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(web + "/login")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(web + "/")
+    return problems
+
+
+def _no_markup_made(page: Any) -> None:
+    assert page.locator("img").count() == 0 and page.locator("iframe").count() == 0
+    assert page.locator("script").count() == 0
+
+
+def test_retire_and_unretire_from_the_job_page(ledger: Ledger, web: str, browser: Any, tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems = _login(page, web)
+    page.goto(web + f"/job?name={quote(HOSTILE_JOB)}")
+    page.click("#retire")
+    page.wait_for_selector("#impact")
+    assert "will retire it" in page.inner_text("#impact-retire")
+    assert HOSTILE_JOB in page.inner_text("#impact")
+    _no_markup_made(page)
+    page.screenshot(path=str(tmp_path / "retire-impact.png"), full_page=True)
+    page.click("#confirm-button")  # no reason: the browser refuses to submit (required)
+    assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]
+    page.fill("#reason", HOSTILE_REASON)
+    page.click("#confirm-button")
+    page.wait_for_selector("#done-message")
+    assert "web:operator" in page.inner_text("#done-message")
+    _no_markup_made(page)
+    page.goto(web + f"/job?name={quote(HOSTILE_JOB)}")
+    assert page.inner_text("#retired") == "retired" and page.locator("#retire").count() == 0
+    page.click("#unretire")
+    page.wait_for_selector("#impact")
+    assert "will unretire it" in page.inner_text("#impact-retire")
+    page.fill("#reason", "back in the code")
+    page.click("#confirm-button")
+    page.wait_for_selector("#done-message")
+    rows = requests_rows(ledger.admin)
+    assert [(r["action"], r["job_name"], r["who"], r["reason"]) for r in rows[1:]] == [
+        ("retire", HOSTILE_JOB, "web:operator", HOSTILE_REASON),
+        ("unretire", HOSTILE_JOB, "web:operator", "back in the code")]
+    assert not [p for p in problems if "favicon" not in p], problems
+
+
+def test_a_lane_and_a_prune_from_the_jobs_page(ledger: Ledger, web: str, browser: Any, tmp_path: Path) -> None:
+    from tests.web.test_registry_actions import _prunable
+
+    due = _prunable(ledger)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems = _login(page, web)
+    # a lane: the form on the jobs page, its impact, a reason
+    page.fill("#lane-form input[name=lane]", "etl")
+    page.fill("#lane-form input[name=rank]", "7")
+    page.fill("#lane-form input[name=concurrency]", "3")
+    page.fill("#lane-form input[name=description]", HOSTILE_ERROR)
+    page.click("#lane-form button[type=submit]")
+    page.wait_for_selector("#impact")
+    assert page.inner_text("#impact-lane") == "etl" and "a new lane" in page.inner_text("#impact")
+    assert HOSTILE_ERROR in page.inner_text("#impact-changes")
+    _no_markup_made(page)
+    page.screenshot(path=str(tmp_path / "lane-impact.png"), full_page=True)
+    page.fill("#reason", "a lane for the etl jobs")
+    page.click("#confirm-button")
+    page.wait_for_selector("#done-message")
+    assert scalar(ledger.admin, "SELECT concurrency FROM runner.lanes WHERE lane = 'etl'") == 3
+    # prune: the dry run first, then one prune
+    page.goto(web + "/")
+    page.click("#prune-form button[type=submit]")
+    page.wait_for_selector("#impact")
+    assert f"would prune {due} run(s)" in page.inner_text("#impact-prune")
+    page.screenshot(path=str(tmp_path / "prune-impact.png"), full_page=True)
+    assert scalar(ledger.admin, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'old-reports'") > due
+    page.fill("#reason", "the disk is filling")
+    page.click("#confirm-button")
+    page.wait_for_selector("#done-message")
+    assert f"Pruned {due} run(s)" in page.inner_text("#done-message")
+    page.goto(web + "/actions/prune")
+    assert page.locator("#refusal").count() == 1 and page.locator("#confirm").count() == 0
+    # the seeded pause and the prunable job's rerun, then the lane; prune is not audited
+    assert [(r["action"], r["who"]) for r in requests_rows(ledger.admin)][2:] == [("lane_set", "web:operator")]
+    assert not [p for p in problems if "favicon" not in p], problems
+
+
+def test_a_viewer_sees_no_new_action_in_the_browser(ledger: Ledger, web: str, browser: Any) -> None:
+    page = browser.new_page()
+    _login(page, web, VIEWER_TOKEN)
+    assert page.locator("#lane-form").count() == 0 and page.locator("#prune-form").count() == 0
+    page.goto(web + f"/job?name={quote(HOSTILE_JOB)}")
+    assert page.locator("#retire").count() == 0
+    for path in (f"/actions/retire?job={quote(HOSTILE_JOB)}", "/actions/lane_set?lane=etl", "/actions/prune"):
+        response = page.goto(web + path)
+        assert response is not None and response.status == 403, path
+    assert [r["action"] for r in requests_rows(ledger.admin)] == ["pause"]

@@ -1,0 +1,21 @@
+-- bad_setting: a setting set to what this view cannot use; its branch uses the default
+-- (revision 0023_settings)
+-- One kind of runner.alerts (sql/views/alerts.sql; the kinds: runner/alerts.py).
+CREATE OR REPLACE VIEW runner.alert_bad_setting AS
+SELECT a.kind::text AS kind, a.job_name::text AS job_name, a.owner::text AS owner, a.run_id::bigint AS run_id,
+       a.detail::text AS detail, a.since::timestamptz AS since
+FROM (
+    SELECT 'bad_setting',
+           NULL::text,
+           NULL::text,
+           NULL::bigint,
+           format('setting %s is %L, not an interval above zero and at most 100 years such as ''6 hours'' '
+                  'or ''1 day 12 hours'': job_not_in_code uses 24 hours until it is fixed (ALTER DATABASE '
+                  '... SET %s = ''6 hours'', or RESET)',
+                  s.name, CASE WHEN length(s.raw) > 200 THEN left(s.raw, 200) || '...' ELSE s.raw END, s.name),
+           now()
+    FROM (SELECT 'runner.job_not_in_code_after'::text AS name,
+                 current_setting('runner.job_not_in_code_after', true) AS raw) s
+    WHERE nullif(btrim(s.raw), '') IS NOT NULL
+      AND runner.interval_setting_v1(s.name) IS NULL
+) AS a (kind, job_name, owner, run_id, detail, since);
