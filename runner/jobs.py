@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeAlias
 
+from runner import policies
 from runner.errors import JobDefinitionError, Permanent
 from runner.schedule import Schedule, ScheduleError, parse_interval
 from runner.tiers import MisfireTiers
@@ -26,7 +27,7 @@ PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
 # a results check (runner/backfill.py): (conn, window_start, window_end, partition) -> outcome
 VerifyFn: TypeAlias = Callable[[Any, datetime, datetime, str], object]
 
-MISFIRE_POLICIES = ("skip", "coalesce", "replay", "manual")
+MISFIRE_POLICIES = policies.SINGLE  # the registry (runner/policies.py)
 OVERLAP_POLICIES = ("allow", "skip", "wait")
 LANE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # runner.lanes (revision 0011_lanes)
 

@@ -242,6 +242,13 @@ def schedules_since(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> 
     return {r[0]: _utc(r[1]) for r in rows}
 
 
+def owed_since(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> dict[str, datetime]:
+    """Where each job's newest span of owed time starts (runner.expected_spans_v1): after its
+    last unretirement, its last resume, or its track_from."""
+    rows = conn.execute(Q["owed_since"], {"job_names": list(job_names)}).fetchall()
+    return {r[0]: _utc(r[1]) for r in rows if r[1] is not None}
+
+
 def paused_jobs(conn: psycopg.Connection[Any], job_names: Sequence[str]) -> set[str]:
     rows = conn.execute(Q["paused_jobs"], {"job_names": list(job_names)}).fetchall()
     return {r[0] for r in rows}

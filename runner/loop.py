@@ -172,7 +172,11 @@ class Worker:
                           conditions.pass_of(self.owner.namespace, list(self.jobs),
                                              self.config.prometheus_url),
                           stop, conditions.POLL, first_now=True, on_failure=failed)
-        self.claims.begin(tracked, ledger.schedules_since(conn, list(self.jobs)), self.now())
+        # late ranges a runner left open (stopped or killed midway): resumed first, each with
+        # the ruling it was given (runner.misfire_ranges)
+        self.misfires.resume(conn, list(self.live.values()))
+        self.claims.begin(tracked, ledger.schedules_since(conn, list(self.jobs)),
+                          ledger.owed_since(conn, list(self.jobs)), self.now())
         served = self.capacity.served
         event(log, "runner_started", pid=self.owner.pid, jobs=len(self.jobs),
               workers=self.config.workers, instance=str(self.owner.instance),

@@ -15,7 +15,20 @@ runners decide once). Ranges come from:
 * ``overlap="wait"`` rows that waited past grace: their slot.
 
 Because a range is fixed, on-time claims made meanwhile (after ``last``) cannot hide late
-slots, and every batch of a range decides against the same newest slot. Policies:
+slots, and every batch of a range decides against the same newest slot.
+
+**A range outlives its runner.** A range that its first pass does not finish gets its row
+in runner.misfire_ranges (0004_expected), in that pass's transaction, with its ruling (misfire
+tiers: the tier and the lateness); each later pass records where the next one starts, and the
+last closes it (a range decided in one transaction, the usual case, writes no row). A runner
+stopped or killed midway leaves the row open, and the next runner to start resumes it first,
+from there, with the same ruling (``open_ranges``): the rest of the range is neither left
+undecided (that runner's own downtime starts at its newest complete slot, past the range)
+nor ruled again by the lateness it has by then. Two runners that find the same downtime
+share its row and its ruling (the first to write it wins). What is not kept: the unsettled
+effects a ``side_effects=True`` ruling read (read again when a range is resumed). Policies:
+
+The policies are registered in runner/policies.py (one entry each):
 
 * ``skip``: each late slot × partition is recorded ``skipped``, with the reason.
 * ``coalesce`` (the default): one run per partition, at the range's newest slot, whose
@@ -32,9 +45,22 @@ slots, and every batch of a range decides against the same newest slot. Policies
 * ``manual``: every late slot is held as ``awaiting_approval`` until an operator approves
   (``runner approve``) or skips (``runner skip``) it.
 
-Slots that fell due while the job was paused (runner.job_pauses, kept by a trigger on
-runner.jobs) are not late: they are left to the gap scan (a backfill or ``runner skip``
-decides them), and nothing is decided for a job while it is paused.
+**Which slots are decided: expected ones.** A range is decided only at the job's *expected*
+slots, as one SQL definition gives them (runner.expected_slots_v1 on
+runner.expected_spans_v1, sql/functions): the slots of the job's schedule history that are
+tracked (at or after ``track_from``), not retired (not between a ``runner retire`` and its
+``runner unretire``), not paused (not between a ``runner pause`` and its ``resume``) and due.
+This module never re-derives a pause or a retirement itself. So:
+
+* slots that fell due while the job was paused are not late: they are left to the gap scan
+  (a backfill or ``runner skip`` decides them), and nothing is decided for a job while it is
+  paused;
+* slots between a retirement and its end are never decided, whatever the policy (a runner
+  started after ``runner unretire`` finds its downtime reaching back before the retirement);
+* a misfire tier's *lateness* is the range's outage: the expected time from its oldest slot
+  to now, leaving out paused and retired time (a pause is not an outage);
+* a range's newest expected slot, where a coalesce runs, and the slots a replay runs are
+  fixed on its first pass (again when the loop extends the range).
 
 Partitions come from the slot's fan-out (runner/fanout.py): static ones, or the set a
 dynamic job recorded when the slot was first fanned out (computed and recorded here if it
@@ -47,8 +73,9 @@ job's ``verify`` over the replayed range, recording the outcome on the plan
 (``runner backfill show``).
 
 A job with ``misfire=tiers(...)`` (runner/tiers.py) has its policy chosen per range, by the
-range's lateness (how late its oldest slot is when the range is first decided, fixed for the
-whole range): ``skip``, ``catch_up`` (every slot, as replay runs them), ``coalesce`` and
+range's lateness (how long the job has been missing -- expected, not paused or retired, time --
+since the range's oldest slot when the range is first decided, fixed for the whole range):
+``skip``, ``catch_up`` (every slot, as replay runs them), ``coalesce`` and
 ``approve`` (held, as ``manual``) are decided here as above; ``backfill`` writes no run itself:
 it hands the range's slot x partitions that have no run, under the same row lock, to
 ``runner.tier_backfill_v1``, which creates one audited plan over them (at most
@@ -69,12 +96,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from runner import conditions
+from runner import conditions, policies
 from runner.events import event
 from runner.fanout import plan_slot
 from runner.jobs import JobDef
@@ -89,9 +116,6 @@ BQ = queries("backfill")  # a plan's pause statements: one way to pause a plan
 BATCH = 1000
 UNSETTLED_LIMIT = 10_000  # runs with effects of unknown delivery read for a side-effects check
 TIER_PLAN_BATCH = 100_000  # slot x partitions in one plan of a backfill tier
-# a tier's action as the policy that decides its rows (backfill: a plan, not rows)
-_TIER_POLICY = {"skip": "skip", "catch_up": "catch_up", "coalesce": "coalesce",
-                "approve": "manual", "backfill": "backfill"}
 EPSILON = timedelta(microseconds=1)
 
 
@@ -126,6 +150,22 @@ class LateRange:
     first: datetime | None
     last: datetime
     ruling: Ruling | None = None  # misfire tiers: fixed when the range is first decided
+    # fixed on the range's first pass: its newest expected slot (where a coalesce runs), and
+    # the slots a replay runs
+    decided: bool = False
+    newest: datetime | None = None
+    replayed: set[datetime] = field(default_factory=set)
+
+    # its key in runner.misfire_ranges (the first slot it started at), and whether it has a row
+    key: datetime | None = None
+    stored: bool = False
+
+    def extend(self, last: datetime) -> None:
+        """More late slots after ``last``: the range now ends there (its newest expected slot
+        and replayed slots are found again on the next pass; a tier ruling stays)."""
+        if last > self.last:
+            self.last = last
+            self.decided = False
     # a coalesce tier of a job with side effects: the newest slot of the range not held for
     # its own effects (the run that covers the others); fixed with the ruling
     target: datetime | None = None
@@ -218,31 +258,53 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
         elif late.first < since:
             late.first = sched.next_after(since - EPSILON)
         if late.first is None or late.first > late.last:
+            _advance(conn, job, late, None)
             return result
-        pauses = conn.execute(Q["pauses"], {"job_name": job.name, "first": late.first,
-                                            "last": late.last}).fetchall()
+        if late.key is None:  # its first pass: the range gets its row, and keeps its ruling there
+            _open(conn, job, late, now)
+        if not late.decided:  # the range's first pass: what is fixed for the whole range
+            late.decided = True
+            expected = _expected(conn, job, late.first, late.last, now)
+            late.newest = expected[-1] if expected else None
+            if job.misfire == "replay":
+                late.replayed = _replay_set(job, expected, now)
+        if late.newest is None or late.newest < late.first:
+            _advance(conn, job, late, None)
+            return result  # nothing expected is left in the range (paused, retired)
         policy, label = job.misfire, f"misfire={job.misfire}"
-        newest = late.last  # the slot a coalesced range runs at
+        newest = late.newest  # the slot a coalesced range runs at
         if job.misfire_tiers is not None:
-            if late.ruling is None:
-                late.ruling = _rule(conn, job, now - late.first)
-                if late.ruling.unsettled and late.ruling.action == "coalesce":
-                    late.target = _coalesce_target(conn, job, late, pauses)
-            policy, label = _TIER_POLICY[late.ruling.action], late.ruling.label
+            if late.ruling is None:  # (a range resumed from the ledger whose tier is gone)
+                late.ruling = _rule(conn, job, _outage(conn, job, late.first, now))
+            if late.target is None and late.ruling.unsettled and late.ruling.action == "coalesce":
+                late.target = _coalesce_target(conn, job, late, now)
+            policy, label = policies.by_tier_action(late.ruling.action).name, late.ruling.label
             if policy == "backfill":
                 batch = max(batch, TIER_PLAN_BATCH)
             if late.ruling.unsettled and late.ruling.action == "coalesce":
-                newest = late.target or late.last
-        replayed = _replay_set(job, late, now) if policy == "replay" else set()
+                newest = late.target or late.newest
+        replayed = late.replayed if policy == "replay" else set()
+        # this pass looks at the next `batch` slots of the schedule at most, and decides the
+        # expected ones among them (runner.expected_slots_v1) until about `batch` rows
+        window_end = late.first
+        for _ in range(batch - 1):
+            following = sched.next_after(window_end)
+            if following > late.last:
+                break
+            window_end = following
         candidates: list[_Row] = []
-        slot = late.first
-        while slot <= late.last and len(candidates) < batch:
-            if not any(lo <= slot < hi for lo, hi in pauses):
-                candidates.extend(_decide(conn, job, slot, newest, replayed, now, policy, label))
-            slot = sched.next_after(slot)
+        slot: datetime | None = None
+        for expected_slot in _expected(conn, job, late.first, window_end, now):
+            if len(candidates) >= batch:
+                slot = expected_slot
+                break
+            candidates.extend(_decide(conn, job, expected_slot, newest, replayed, now, policy, label))
+        if slot is None:
+            slot = sched.next_after(window_end)
         result.more = slot <= late.last
         result.next_first = slot if result.more else None
         late.first = slot
+        _advance(conn, job, late, result.next_first)
         rows = _without_runs(conn, job, candidates)
         if late.ruling is not None and late.ruling.unsettled:
             rows = _hold_unsettled(conn, job, rows, late.ruling, now, result)
@@ -262,13 +324,73 @@ def run_once(conn: psycopg.Connection[Any], job: JobDef, now: datetime, late: La
     return result
 
 
-def _rule(conn: psycopg.Connection[Any], job: JobDef, lateness: timedelta) -> Ruling:
-    """The tier of a range this late. With ``side_effects=True`` and a tier that runs slots,
-    the job's runs that left effects of unknown delivery are read once (fixed with the ruling):
-    the late slots they concern are held for approval, slot by slot (``_hold_unsettled``);
-    every other slot follows the tier."""
+def _open(conn: psycopg.Connection[Any], job: JobDef, late: LateRange, now: datetime) -> None:
+    """A range's first pass: its key, and its ruling (misfire tiers): the one of an open row of
+    the same range another runner wrote, else ruled by its outage (runner.expected_spans_v1)."""
+    assert late.first is not None
+    late.key = late.first
+    if job.misfire_tiers is None or late.ruling is not None:
+        return
+    row = conn.execute(Q["range_ruling"], {"job_name": job.name, "first": late.first}).fetchone()
+    if row is not None and row[0] is not None:
+        late.stored = True
+        late.ruling = restore_ruling(conn, job, row[0], row[1], row[2])
+    if late.ruling is None:
+        late.ruling = _rule(conn, job, _outage(conn, job, late.first, now))
+
+
+def _advance(conn: psycopg.Connection[Any], job: JobDef, late: LateRange, following: datetime | None) -> None:
+    """Where the range's next pass starts (None: it is done). A range that needs another pass
+    gets its row (runner.misfire_ranges) with its ruling; a stored one is moved on, or closed."""
+    if late.key is None:
+        return
+    if late.stored:
+        conn.execute(Q["advance_range"], {"job_name": job.name, "key": late.key, "next": following})
+    elif following is not None:
+        ruling = late.ruling
+        conn.execute(Q["open_range"], {
+            "job_name": job.name, "first": late.key, "last": late.last, "next": following,
+            "tier": ruling.tier.name if ruling else None, "action": ruling.action if ruling else None,
+            "lateness": ruling.lateness if ruling else None})
+        late.stored = True
+
+
+def open_ranges(conn: psycopg.Connection[Any], jobs: Sequence[JobDef]) -> list[tuple[str, LateRange]]:
+    """The open late ranges of these jobs in the ledger (runner.misfire_ranges), each as the
+    range to resume: from where its next pass starts, with its ruling (a tier no longer in the
+    job's tiers: ruled again). A starting runner hands them to the duty before its downtime."""
+    by_name = {j.name: j for j in jobs}
+    out = []
+    for name, first, last, following, tier, action, lateness in conn.execute(
+            Q["open_ranges"], {"job_names": sorted(by_name)}).fetchall():
+        job = by_name[name]
+        late = LateRange(following if following is not None else first, last, key=first, stored=True)
+        if tier is not None and job.misfire_tiers is not None:
+            late.ruling = restore_ruling(conn, job, tier, action, lateness)
+        out.append((name, late))
+    return out
+
+
+def restore_ruling(conn: psycopg.Connection[Any], job: JobDef, tier: str, action: str,
+                   lateness: timedelta) -> Ruling | None:
+    """The ruling a range was given (its tier's name and action, its lateness), as
+    ``_rule`` made it; None when the job's tiers no longer have that tier."""
+    if job.misfire_tiers is None:
+        return None
+    named = job.misfire_tiers.named(tier)
+    if named is None or named[0].action != action:
+        return None
+    return _rule(conn, job, lateness, named)
+
+
+def _rule(conn: psycopg.Connection[Any], job: JobDef, lateness: timedelta,
+          named: tuple[Tier, str] | None = None) -> Ruling:
+    """The tier of a range this late (``named``: the tier it was given, restored). With
+    ``side_effects=True`` and a tier that runs slots, the job's runs that left effects of
+    unknown delivery are read once (fixed with the ruling): the late slots they concern are
+    held for approval, slot by slot (``_hold_unsettled``); every other slot follows the tier."""
     assert job.misfire_tiers is not None
-    tier, covers = job.misfire_tiers.pick(lateness)
+    tier, covers = named or job.misfire_tiers.pick(lateness)
     label = f"misfire tier {covers}, missed for {_human(lateness)}"
     unsettled: tuple[Unsettled, ...] = ()
     if job.misfire_tiers.side_effects and tier.action in RUNS:
@@ -304,33 +426,50 @@ def _hold_unsettled(conn: psycopg.Connection[Any], job: JobDef, rows: list[_Row]
     return kept
 
 
+def _expected(conn: psycopg.Connection[Any], job: JobDef, first: datetime, last: datetime,
+              now: datetime) -> list[datetime]:
+    """The job's expected slots in [first, last], oldest first: runner.expected_slots_v1
+    (tracked, not retired, not paused, due), the one definition; never re-derived here."""
+    # in UTC, as runner/schedule.py gives slots (the session's zone is the caller's: a window
+    # callable must see the same datetime either way)
+    return [r[0].astimezone(UTC) for r in conn.execute(Q["expected_slots"], {
+        "job_name": job.name, "first": first, "last": last, "now": now}).fetchall()]
+
+
+def _outage(conn: psycopg.Connection[Any], job: JobDef, since: datetime, now: datetime) -> timedelta:
+    """How long the job has been missing since ``since``: the expected time (not paused, not
+    retired, tracked: runner.expected_spans_v1) between it and now. A tier's lateness."""
+    row = conn.execute(Q["outage"], {"job_name": job.name, "since": since, "now": now}).fetchone()
+    assert row is not None
+    value: timedelta = row[0]
+    return value
+
+
 def _coalesce_target(conn: psycopg.Connection[Any], job: JobDef, late: LateRange,
-                     pauses: Sequence[tuple[datetime, datetime]]) -> datetime | None:
-    """The newest slot of the range that is not held for its own effects: the coalescing run
-    goes there (a held slot cannot cover the others). None: every slot is held."""
+                     now: datetime) -> datetime | None:
+    """The newest expected slot of the range that is not held for its own effects: the
+    coalescing run goes there (a held slot cannot cover the others). None: every slot is held."""
     assert late.ruling is not None and late.first is not None
-    slot = job.schedule.latest_at_or_before(late.last)
-    while slot >= late.first:
-        if not any(lo <= slot < hi for lo, hi in pauses):
-            plan = plan_slot(conn, job, slot)
-            if plan.error is None and plan.window_start is not None and plan.window_end is not None:
-                keys = [idempotency_key(job.name, plan.window_start, plan.window_end, p, job.version)
-                        for p in plan.partitions]
-                if late.ruling.held_for(slot, keys) is None:
-                    return slot
-        slot = job.schedule.prev_before(slot)
+    for slot in reversed(_expected(conn, job, late.first, late.last, now)):
+        plan = plan_slot(conn, job, slot)
+        if plan.error is None and plan.window_start is not None and plan.window_end is not None:
+            keys = [idempotency_key(job.name, plan.window_start, plan.window_end, p, job.version)
+                    for p in plan.partitions]
+            if late.ruling.held_for(slot, keys) is None:
+                return slot
     return None
 
 
-def _replay_set(job: JobDef, late: LateRange, now: datetime) -> set[datetime]:
+def _replay_set(job: JobDef, expected: Sequence[datetime], now: datetime) -> set[datetime]:
+    """The slots a replay runs: the newest ``max_catch_up`` expected slots of the range younger
+    than ``max_catch_up_age``; the others are held for approval."""
     chosen: set[datetime] = set()
-    slot = job.schedule.latest_at_or_before(late.last)
-    first = late.first or late.last
-    while slot >= first and len(chosen) < job.max_catch_up:
+    for slot in reversed(expected):
+        if len(chosen) >= job.max_catch_up:
+            break
         if job.max_catch_up_age is not None and now - slot > job.max_catch_up_age:
             break
         chosen.add(slot)
-        slot = job.schedule.prev_before(slot)
     return chosen
 
 

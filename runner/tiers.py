@@ -14,9 +14,14 @@ alike. Tiers choose by lateness::
 ``tiers()`` with no tier gives exactly these four (the defaults to adjust per job).
 
 **What is measured.** The *lateness* of a range of late slots (runner/misfire.py: the
-downtime a runner finds at start, or the slots the loop fell behind on) is how late its
-oldest missed slot is when the duty first decides it: ``now - oldest slot``, i.e. how long
-the job has been missing. One tier decides the whole range (its every slot x partition), so
+downtime a runner finds at start, or the slots the loop fell behind on) is how long the job
+has been missing when the duty first decides it: the *expected* time from the range's oldest
+slot to now (runner.expected_spans_v1: tracked, not retired, not paused). A pause is not an
+outage: a job paused for an hour, resumed while its runners were down and started 3 minutes
+later is 3 minutes late, not an hour; likewise the time it was retired. (Each decided row
+also records its ``slot_lateness``: the wall-clock time since its slot.)
+
+One tier decides the whole range (its every slot x partition), so
 a 2-hour outage is one backfill, not a backfill, a coalesced run and a few catch-ups side by
 side. A tier applies when the lateness is at most its ``up_to`` and more than the previous
 tier's: exactly 5 minutes is the first tier above, exactly 1 hour the second. The last tier
@@ -86,10 +91,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from runner import policies
 from runner.schedule import ScheduleError, parse_interval
 
-ACTIONS = ("skip", "catch_up", "coalesce", "backfill", "approve")
-RUNS = ("catch_up", "coalesce", "backfill")  # actions that start runs (checked for side effects)
+# from the registry of misfire policies (runner/policies.py)
+ACTIONS = policies.TIER_ACTIONS
+RUNS = policies.TIER_RUNS  # actions that start runs (checked for side effects)
 _BACKFILL_ONLY = ("lane", "concurrency", "rate", "max_failures", "pause_when")
 _OPTIONS = ("name", "alert", *_BACKFILL_ONLY)
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -146,6 +153,15 @@ class MisfireTiers:
                 return tier, tier.describe(lower)
             lower = tier.up_to
         raise AssertionError("the last tier has no bound")  # validated at registration
+
+    def named(self, name: str) -> tuple[Tier, str] | None:
+        """The tier of this name and how it covers lateness (as ``pick`` says it), or None."""
+        lower: timedelta | None = None
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier, tier.describe(lower)
+            lower = tier.up_to
+        return None
 
     def as_options(self) -> dict[str, Any]:
         return {"side_effects": self.side_effects, "tiers": [t.as_options() for t in self.tiers]}
@@ -217,7 +233,7 @@ def _tier(i: int, item: Any) -> Tier:
     if not isinstance(name, str) or not _NAME.match(name):
         raise TierError(f"tier {i}: name must be lowercase letters, digits, - or _ (at most 40), "
                         f"got {name!r}")
-    alert = opts.get("alert", action in ("backfill", "approve"))
+    alert = opts.get("alert", action in policies.TIER_ALERTS)
     if not isinstance(alert, bool):
         raise TierError(f"tier {i} ({name}): alert must be True or False, got {alert!r}")
     lane = opts.get("lane", "correction")

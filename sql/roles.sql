@@ -138,6 +138,10 @@ BEGIN
     EXECUTE format('GRANT INSERT ON runner.slot_fanouts TO %I', worker);
     -- misfire tiers (revision 0012): which tier decided each run the misfire duty writes
     EXECUTE format('GRANT INSERT ON runner.misfire_decisions TO %I', worker);
+    -- the misfire duty's ranges and their ruling (0004_expected): opened, advanced, closed
+    EXECUTE format('GRANT INSERT, UPDATE (last_slot, next_slot, tier, action, lateness, closed_at) '
+                   'ON runner.misfire_ranges TO %I',
+                   worker);
     EXECUTE format('GRANT UPDATE (status, pause_reason, paused_at, pause_checked_at, finished_at, '
                    'updated_at, tokens, tokens_at, verify_status, verify_detail, verified_at) '
                    'ON runner.backfills TO %I', worker);

@@ -98,15 +98,18 @@ class ClaimPath:
     def live(self) -> dict[str, JobDef]:
         return self.capacity.live
 
-    def begin(self, tracked: dict[str, datetime], since: dict[str, datetime], now: datetime) -> None:
+    def begin(self, tracked: dict[str, datetime], since: dict[str, datetime], owed: dict[str, datetime],
+              now: datetime) -> None:
         """At start: each live job's first on-time slot (within the job's tracked range, under
         its current schedule: slots due before a redeploy changed it are the earlier
-        schedule's); whatever was missed before is the misfire duty's, decided from the
-        newest complete slot."""
+        schedule's; and in its newest owed span, ``owed``: not a slot of a retirement or pause
+        that ended just before, runner.expected_spans_v1); whatever was missed before is the
+        misfire duty's, decided from the newest complete slot."""
         for job in self.live.values():
             cutoff = misfire.cutoff_for(job, now)
             first = max(cutoff, tracked[job.name] - misfire.EPSILON,
-                        since.get(job.name, tracked[job.name]) - misfire.EPSILON)
+                        since.get(job.name, tracked[job.name]) - misfire.EPSILON,
+                        owed.get(job.name, tracked[job.name]) - misfire.EPSILON)
             self.next_slot[job.name] = job.schedule.next_after(first)
             if cutoff >= tracked[job.name]:
                 self.misfires.hand(job.name, None, job.schedule.latest_at_or_before(cutoff))

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -48,12 +49,18 @@ class Misfires:
         self._late: dict[str, list[misfire.LateRange]] = {}
         self._retry: dict[str, float] = {}  # job -> monotonic time before which not to retry
 
+    def resume(self, conn: psycopg.Connection[Any], jobs: list[JobDef]) -> None:
+        """The ranges of these jobs a runner left open in the ledger (misfire.open_ranges),
+        before any other, each with its ruling."""
+        for name, late in misfire.open_ranges(conn, jobs):
+            self._late.setdefault(name, []).append(late)
+
     def hand(self, job_name: str, first: datetime | None, last: datetime) -> None:
         """The late slots [first, last] of a job (first None: from the newest complete slot)."""
         ranges = self._late.setdefault(job_name, [])
         if first is not None and ranges and ranges[-1].first is not None \
                 and ranges[-1].first <= first <= ranges[-1].last:
-            ranges[-1].last = max(ranges[-1].last, last)  # already handed over (overlapping)
+            ranges[-1].extend(last)  # already handed over (overlapping)
             return
         ranges.append(misfire.LateRange(first, last))
 

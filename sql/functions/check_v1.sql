@@ -45,15 +45,16 @@
 --   unlisted_gap             the gap scan misses something. Either an expected slot x
 --                            partition in the tracked range (slots at or after
 --                            greatest(track_from, since), up to as_of; above what retention
---                            pruned, gap_watermarks.pruned_through; outside the spans the job
---                            was retired, runner.tracked_spans_v1) that has no run and
+--                            pruned, gap_watermarks.pruned_through; owed by the one
+--                            definition, runner.expected_slots_v1: of the schedule history,
+--                            tracked, not retired, paused or not) that has no run and
 --                            is not listed by runner.missing_slots_v1(as_of, NULL, since); or
 --                            a run in that range that does not account for its slot
 --                            (pending, failed, dead, awaiting_approval) and is not listed
---                            with its run id. Expected slots are expanded here from the
---                            schedule history on their own (runner.job_schedules and
---                            runner.schedule_slots_v1, no watermark, no recorded hole), so
---                            a watermark or hole bug cannot hide itself: static partitions
+--                            with its run id. Expected slots are expanded here by
+--                            runner.expected_slots_v1 (the schedule history, no watermark,
+--                            no recorded hole), not by the gap scan's own watermarked
+--                            expansion, so a watermark or hole bug cannot hide itself: static partitions
 --                            from job_schedules.partitions ('' when unpartitioned); for a
 --                            dynamic-partition job, the partitions recorded for the slot in
 --                            runner.slot_fanouts, each to be listed by name; a dynamic slot
@@ -143,41 +144,22 @@ tracked AS MATERIALIZED (
                     (SELECT w.pruned_through + interval '1 microsecond' FROM runner.gap_watermarks w
                      WHERE w.job_name = j.job_name)) AS first_slot
     FROM runner.jobs j
-), segments AS (
-    -- each schedule row governs the slots from its valid_from (the first row: from the start
-    -- of time) until the next row's valid_from; clipped to [first_slot, as_of]
-    SELECT t.job_name, h.schedule_kind, h.cron, h.every_interval, h.timezone, h.partitions,
-           h.dynamic_partitions,
-           greatest(h.lo, t.first_slot - interval '1 microsecond', sp.lo) AS lo,
-           least(h.hi, c.now, sp.hi) AS hi
+), expected AS (
+    -- the owed slots (runner.expected_slots_v1, the one definition: the schedule history,
+    -- tracked, not retired, due; paused ones too, which the gap scan lists as well) in
+    -- [first_slot, as_of], each partition it expects
+    SELECT t.job_name, x.schedule_slot AS slot, p.key AS partition_key, x.dynamic_partitions AS dynamic,
+           f.job_name IS NOT NULL AS fanned_out
     FROM tracked t
     CROSS JOIN clock c
-    -- not the slots of a retired span (runner.tracked_spans_v1)
-    CROSS JOIN LATERAL runner.tracked_spans_v1(t.job_name) AS sp
-    CROSS JOIN LATERAL (
-        SELECT s.*,
-               CASE WHEN lag(s.valid_from) OVER w IS NULL THEN timestamptz '-infinity'
-                    ELSE s.valid_from - interval '1 microsecond' END AS lo,
-               coalesce(lead(s.valid_from) OVER w - interval '1 microsecond',
-                        timestamptz 'infinity') AS hi
-        FROM runner.job_schedules s
-        WHERE s.job_name = t.job_name
-        WINDOW w AS (ORDER BY s.valid_from)
-    ) AS h
-), expected AS (
-    SELECT g.job_name, x.slot, p.key AS partition_key, g.dynamic_partitions AS dynamic,
-           f.job_name IS NOT NULL AS fanned_out
-    FROM segments g
-    CROSS JOIN LATERAL runner.schedule_slots_v1(
-        g.schedule_kind, g.cron, g.every_interval, g.timezone, g.lo, g.hi) AS x(slot)
+    CROSS JOIN LATERAL runner.expected_slots_v1(t.job_name, t.first_slot, c.now, c.now) AS x
     LEFT JOIN runner.slot_fanouts f
-           ON g.dynamic_partitions AND f.job_name = g.job_name AND f.schedule_slot = x.slot
+           ON x.dynamic_partitions AND f.job_name = t.job_name AND f.schedule_slot = x.schedule_slot
           AND f.error IS NULL
-    CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions
-                                       THEN coalesce(g.partitions, ARRAY[''])
+    CROSS JOIN LATERAL unnest(CASE WHEN NOT x.dynamic_partitions
+                                       THEN coalesce(x.partitions, ARRAY[''])
                                    WHEN f.job_name IS NOT NULL THEN f.partitions
                                    ELSE ARRAY[NULL::text] END) AS p(key)
-    WHERE g.lo < g.hi
 ), listed AS MATERIALIZED (
     SELECT m.job_name, m.schedule_slot, m.partition_key, m.run_id
     FROM clock c CROSS JOIN LATERAL runner.missing_slots_v1(c.now, NULL, check_v1.since) AS m

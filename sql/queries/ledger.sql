@@ -73,6 +73,19 @@ SELECT s.job_name, max(s.valid_from) FROM runner.job_schedules s
 WHERE s.job_name = ANY(%(job_names)s::text[])
 GROUP BY s.job_name
 
+-- name: owed_since
+-- Where each job's newest span of owed time starts (runner.expected_spans_v1, the one
+-- definition): a starting runner claims no on-time slot before it, e.g. a slot between a
+-- retirement and the unretirement a moment before the start, or one of a pause just ended
+-- (the grace reaches back before them); the misfire duty decides the slots before it that
+-- are expected. The first instant in the span (a span's lower bound may be exclusive).
+SELECT j.job_name,
+       (SELECT CASE WHEN lower_inc(e.span) THEN lower(e.span) ELSE lower(e.span) + interval '1 microsecond' END
+        FROM runner.expected_spans_v1(j.job_name) AS e
+        ORDER BY lower(e.span) DESC LIMIT 1)
+FROM runner.jobs j
+WHERE j.job_name = ANY(%(job_names)s::text[])
+
 -- name: retired_jobs
 -- Jobs of the code that an operator retired (runner retire): runner start refuses them.
 SELECT job_name, retired_at FROM runner.jobs

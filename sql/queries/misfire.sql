@@ -35,13 +35,58 @@ SELECT (SELECT max(c.schedule_slot) FROM recent c
        (SELECT min(schedule_slot) FROM recent) AS oldest,
        (SELECT count(*) FROM recent) AS groups
 
--- name: pauses
--- The job's pauses overlapping [first, last] (runner.job_pauses): slots in them are not late.
-SELECT paused_from, coalesce(paused_until, 'infinity'::timestamptz)
-FROM runner.job_pauses
-WHERE job_name = %(job_name)s AND paused_from <= %(last)s
-  AND coalesce(paused_until, 'infinity'::timestamptz) > %(first)s
-ORDER BY paused_from
+-- name: expected_slots
+-- The job's expected slots in [first, last], oldest first: runner.expected_slots_v1, the one
+-- definition (its schedule history, tracked, not retired, not paused -- a slot that fell due
+-- while the job was paused is not late --, due by now).
+SELECT schedule_slot
+FROM runner.expected_slots_v1(%(job_name)s, %(first)s::timestamptz, %(last)s::timestamptz,
+                              %(now)s::timestamptz)
+WHERE NOT paused
+ORDER BY schedule_slot
+
+-- name: outage
+-- How long a job has been missing since an instant: the expected time (runner.expected_spans_v1:
+-- tracked, not retired, not paused) between it and now. A pause is not an outage: a range's
+-- lateness, which picks its misfire tier, does not count paused (or retired) time.
+SELECT coalesce(sum(upper(x.span) - lower(x.span)), interval '0')
+FROM runner.expected_spans_v1(%(job_name)s, %(now)s::timestamptz) AS e
+CROSS JOIN LATERAL (SELECT e.span * tstzrange(least(%(since)s::timestamptz, %(now)s::timestamptz),
+                                              %(now)s::timestamptz, '[]') AS span) AS x
+WHERE NOT e.paused AND NOT isempty(x.span)
+
+-- name: range_ruling
+-- The ruling of an open range of the job starting at this slot (runner.misfire_ranges,
+-- 0004_expected), if another runner wrote one: the same downtime is decided by one ruling.
+SELECT tier, action, lateness
+FROM runner.misfire_ranges
+WHERE job_name = %(job_name)s AND first_slot = %(first)s AND closed_at IS NULL
+
+-- name: open_range
+-- A late range's row, written when its first pass leaves slots for later passes (a range
+-- decided in one transaction needs none): where the next pass starts, and the ruling (misfire
+-- tiers; NULLs for a single policy). A row of the same first slot already there is taken over
+-- as this range's (a closed one: a range long done).
+INSERT INTO runner.misfire_ranges AS m (job_name, first_slot, last_slot, next_slot, tier, action, lateness)
+VALUES (%(job_name)s, %(first)s, %(last)s, %(next)s, %(tier)s, %(action)s, %(lateness)s::interval)
+ON CONFLICT (job_name, first_slot) DO UPDATE
+SET last_slot = EXCLUDED.last_slot, next_slot = EXCLUDED.next_slot, tier = EXCLUDED.tier,
+    action = EXCLUDED.action, lateness = EXCLUDED.lateness, closed_at = NULL
+
+-- name: advance_range
+-- Where a range's next pass starts (NULL: every slot of it decided, and it is closed).
+UPDATE runner.misfire_ranges
+SET next_slot = %(next)s::timestamptz,
+    closed_at = CASE WHEN %(next)s::timestamptz IS NULL THEN now() END
+WHERE job_name = %(job_name)s AND first_slot = %(key)s AND closed_at IS NULL
+
+-- name: open_ranges
+-- The open late ranges of the given jobs, oldest first: a starting runner resumes them, with
+-- their ruling, before it decides its own downtime.
+SELECT job_name, first_slot, last_slot, next_slot, tier, action, lateness
+FROM runner.misfire_ranges
+WHERE job_name = ANY(%(job_names)s::text[]) AND closed_at IS NULL
+ORDER BY job_name, first_slot
 
 -- name: runs_at
 -- Which of the given slot x partitions of a job already have a run (any status).
@@ -88,9 +133,13 @@ WITH clock AS (
            CASE WHEN i.status = 'pending' THEN %(replay_group_id)s::uuid END,
            'correction', c.now  -- replays of late slots are the correction lane's (0011_lanes)
     FROM input i CROSS JOIN clock c
-    -- no decision for slots after the job's retirement (runner retire): not expected
-    WHERE NOT EXISTS (SELECT 1 FROM runner.jobs j
-                      WHERE j.job_name = i.job_name AND i.schedule_slot > j.retired_at)
+    -- no decision for a slot that is not expected (runner.expected_spans_v1: retired, paused,
+    -- untracked or not yet due). The duty chose expected slots under the job's row lock, which
+    -- `runner retire` and `runner pause` wait for, so this only guards against a caller's
+    -- mistake; the rows are all of one job (misfire.py), whose spans are read once.
+    WHERE EXISTS (SELECT 1 FROM runner.expected_spans_v1((%(job_names)s::text[])[1], c.now) AS e
+                  WHERE NOT e.paused AND e.span @> i.schedule_slot
+                    AND i.job_name = (%(job_names)s::text[])[1])
     ON CONFLICT (job_name, schedule_slot, partition_key) DO NOTHING
     RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.status, r.status_reason
 ), decided AS (

@@ -20,7 +20,8 @@ T0 = "2026-01-01T00:00:00Z"
 
 # every table of the runner schema, dumped in full: "nothing changed" is checked against it
 LEDGER_TABLES = ("jobs", "job_schedules", "job_runs", "attempts", "effects", "requests", "backfills",
-                 "gap_watermarks", "gap_holes", "job_pauses", "slot_fanouts", "instances", "job_retirements")
+                 "gap_watermarks", "gap_holes", "job_pauses", "slot_fanouts", "instances", "job_retirements",
+                 "misfire_ranges")
 
 
 @dataclass(frozen=True)

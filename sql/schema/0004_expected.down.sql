@@ -1,0 +1,2 @@
+-- 0004_expected, down
+DROP TABLE runner.misfire_ranges;
