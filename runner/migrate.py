@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0025_scan"
+HEAD = "0026_plans"
 
 # `runner db upgrade` / `downgrade` (and `alembic upgrade`, through migrations/env.py) holds
 # the session-level advisory lock (MIGRATE_LOCK_NAMESPACE, MIGRATE_LOCK_KEY) while it migrates,
