@@ -980,6 +980,8 @@ def backfill_create(
                              partitions=tuple(partition or ()), lane=lane, concurrency=concurrency,
                              rate=rate, max_failures=max_failures, pause_when=pause_when, force=force)
         planned = backfill.plan(conn, job_def, spec, prometheus_url)
+        if planned.clamped:
+            _say(planned.clamped, err=True)  # one line: the range ends at now
         if dry_run:
             conn.close()
             if as_json:

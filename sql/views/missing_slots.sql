@@ -19,6 +19,10 @@
 -- A slot whose fan-out failed (a user callable raised, returned too many or unstorable keys;
 -- the error is in runner.slot_fanouts) shows with state fanout_failed and the error.
 --
+-- Runs before the tracked range. A run that does not account for its slot is listed even
+-- when its slot precedes track_from (a backfill of the history before the job was
+-- registered, whose run failed or died): only expected slots are bounded by track_from.
+--
 -- Accounted for. A slot x partition is accounted for by a run in status succeeded, skipped
 -- (with its reason), coalesced (pointing to the run that covered it) or cancelled (an
 -- operator's explicit, audited decision). The view lists every expected slot x partition
@@ -207,7 +211,10 @@ LEFT JOIN LATERAL (SELECT x.heartbeat_at FROM runner.attempts x
                    WHERE r.status = 'running' AND x.run_id = r.id AND x.fence = r.fence
                    OFFSET 0) a ON true
 WHERE r.status IN ('pending', 'running', 'failed', 'dead', 'awaiting_approval')
-  AND r.schedule_slot >= j.first_slot
+  -- wherever the slot is since `since`, also before track_from: a backfill of history before
+  -- the job was registered leaves runs there, and a failed or dead one still needs a decision
+  -- (issue 26); nothing expected is expanded there
+  AND r.schedule_slot >= coalesce(since, timestamptz '-infinity')
   AND r.schedule_slot <= as_of
 $$;
 
