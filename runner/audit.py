@@ -38,6 +38,9 @@ INVARIANTS: dict[str, str] = {
     "skipped_without_reason": "a skipped, coalesced or cancelled run without status_reason",
     "fence_behind": "a run whose fence is lower than one of its attempts' fences",
     "stranded_run": "a pending or failed run no claim will ever start (no next_attempt_at, no live plan)",
+    "started_before_slot": "an attempt that started before its run's slot instant",
+    "plan_completed_not_done": "a backfill plan completed while a run of its range was not done",
+    "cover_not_covered": "a coalesced run whose cover is dead or awaiting approval, not in missing_slots",
 }
 
 COLUMNS = ["invariant", "job_name", "schedule_slot", "partition_key", "run_id", "attempt_id", "detail"]

@@ -753,3 +753,69 @@ def test_a_failed_backfill_run_before_track_from_is_listed_by_the_gap_scan(url: 
     assert listed == [(run_id, "dead")]
     assert made["backfill"]["range_to"] < ledger.db_now(conn)
     assert_ledger_clean(url)
+
+
+def _blocked_on_a_lock(url: str, pid: int) -> bool:
+    return bool(scalar(url, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)))
+
+
+def test_a_forced_backfill_racing_a_prune_pass_still_queues_the_slot(db_url: str) -> None:
+    """Suspicion: `backfill --force` and a prune pass on the same slot, either first: the slot
+    ends with a run of the plan (inserted when the prune deleted the old one first, queued
+    again when the plan locked it first), never neither; and the gap scan lists it."""
+    import threading
+
+    from psycopg.types.json import Jsonb
+
+    from tests.test_prune import POLICY, H, seed
+
+    hourly = Runner()
+    for name in ("j", "k"):
+        hourly.job(name, every="1h")(lambda ctx: None)
+    job = hourly.jobs["j"]
+    with psycopg.connect(db_url, autocommit=True) as a, psycopg.connect(db_url, autocommit=True) as b:
+        for c in (a, b):
+            c.execute("SET TIME ZONE 'UTC'")
+        start = seed(a)["start"]
+        seed(a, "k", policy=None)  # kept whole until the second leg
+        made: dict[str, Any] = {}
+
+        # the prune pass first: it has deleted the slot's run, not committed, when the plan comes
+        first = start + 2 * H
+        with a.transaction():
+            assert a.execute("SELECT count(*) FROM runner.prune_v1(10000)").fetchone()[0] > 0
+            planned = backfill.plan(b, job, backfill.Spec("j", first, first + H, force=True))
+            assert planned.states == {"succeeded": 1}  # the deletion is not committed yet
+            worker = threading.Thread(target=lambda: made.update(one=backfill.create(b, planned, "race", "t")))
+            worker.start()
+            eventually(lambda: _blocked_on_a_lock(db_url, b.info.backend_pid), message="the plan waits for the prune")
+        worker.join(30)
+        assert (made["one"]["inserted"], made["one"]["requeued"]) == (1, [])
+        group = made["one"]["backfill"]["replay_group_id"]
+        assert rows(db_url, "SELECT status, trigger, replay_group_id FROM runner.job_runs"
+                            " WHERE job_name = 'j' AND schedule_slot = %s", (first,)) == [("pending", "backfill", group)]
+
+        # the plan first: it has queued the slot's run again, not committed, when the prune comes
+        second = start + 5 * H
+        conn_id = scalar(db_url, "SELECT id FROM runner.job_runs WHERE job_name = 'k' AND schedule_slot = %s",
+                         (second,))
+        a.execute("UPDATE runner.jobs SET options = %s WHERE job_name = 'k'", (Jsonb({"retention": POLICY}),))
+        pruned: list[Any] = []
+        with b.transaction():
+            made["two"] = backfill.create(b, backfill.plan(b, hourly.jobs["k"], backfill.Spec(
+                "k", second, second + H, force=True)), "race", "t")
+            worker = threading.Thread(target=lambda: pruned.extend(
+                a.execute("SELECT run_id FROM runner.prune_v1(10000)").fetchall()))
+            worker.start()
+            eventually(lambda: not worker.is_alive() or _blocked_on_a_lock(db_url, a.info.backend_pid),
+                       message="the prune passes or waits")
+        worker.join(30)
+        assert [r["id"] for r in made["two"]["requeued"]] == [conn_id]
+        assert (conn_id,) not in pruned
+        group = made["two"]["backfill"]["replay_group_id"]
+        assert len(pruned) > 0  # the others of k went
+        assert rows(db_url, "SELECT id, status, replay_group_id FROM runner.job_runs"
+                            " WHERE job_name = 'k' AND schedule_slot = %s", (second,)) == [(conn_id, "pending", group)]
+        listed = {r[0] for r in rows(db_url, "SELECT run_id FROM runner.missing_slots_v1(now())")}
+        assert {conn_id, *[r[0] for r in rows(db_url, "SELECT id FROM runner.job_runs WHERE job_name = 'j'"
+                                               " AND schedule_slot = %s", (first,))]} <= listed

@@ -17,6 +17,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = [
+    "revisions/0026_plans.sql",
     "functions/create_backfill_v1.sql",
     "functions/backfill_actions_v1.sql",
     "functions/start_attempts_v1.sql",

@@ -1,0 +1,5 @@
+-- Revision 0026_plans (issue 26): the gap scan lists the runs coalesced into a covering run
+-- that is dead or awaiting approval; it finds them from the cover by this index.
+CREATE INDEX IF NOT EXISTS job_runs_coalesced_into
+    ON runner.job_runs (job_name, coalesced_into_slot, partition_key)
+    WHERE status = 'coalesced';
