@@ -6,10 +6,11 @@
 -- knows its schedule and partitions callable) and passes them as arrays; the function checks
 -- what the database can: every array of the same length and not empty, every slot in
 -- [range_from, range_to), every partition among `partitions` when the plan names them, and
--- the plan's options (the table's constraints). Only slots that are due: a range reaching
--- past the clock (range_to after now, or as_of) is refused, so no plan ever holds a slot whose
--- instant has not come (the CLI and the web clamp --to to the database's now before they
--- call this, saying so; issue 26, defect 1). A plan always starts `running`, with one
+-- the plan's options (the table's constraints). Only slots that are due: a slot after the
+-- clock (now, or as_of) is refused, so no plan ever holds a slot whose instant has not come,
+-- and a range_to after the clock is stored as the clock (+1 microsecond: a slot exactly at
+-- it is due). The CLI and the web clamp --to to the database's now before they call this,
+-- saying so (issue 26, defect 1). A plan always starts `running`, with one
 -- token, expected_runs counted here, and requested_by = who: a caller cannot create a plan
 -- in any other state. The pause condition (pause_when) is stored as given: the CLI checks it
 -- before (it must return one boolean), and it is evaluated later only by the runners' pause
@@ -68,10 +69,12 @@ BEGIN
     IF range_from IS NULL OR range_to IS NULL OR NOT range_from < range_to THEN
         RAISE EXCEPTION 'the range must be [from, to) with from before to; nothing written';
     END IF;
-    IF range_to > clock THEN
-        RAISE EXCEPTION 'the range reaches past now (--to % is after %): a backfill runs only slots that are due; nothing written',
-            range_to, clock;
+    IF EXISTS (SELECT 1 FROM unnest(slots) AS t(s) WHERE s > clock) THEN
+        RAISE EXCEPTION 'the range reaches past now: slot % is not due yet (now is %); a backfill runs only slots that are due; nothing written',
+            (SELECT min(s) FROM unnest(slots) AS t(s) WHERE s > clock), clock;
     END IF;
+    -- the plan's range ends at now at the latest (its runs of a range are judged over it)
+    range_to := least(range_to, clock + interval '1 microsecond');
     IF EXISTS (SELECT 1 FROM unnest(slots, partition_keys, business_dates, window_starts, window_ends,
                                     idempotency_keys) AS t(s, p, d, ws, we, k)
                WHERE s IS NULL OR p IS NULL OR d IS NULL OR ws IS NULL OR we IS NULL OR k IS NULL
