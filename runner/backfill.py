@@ -41,7 +41,16 @@ process that does not get the lock leaves the plan to the holder for that pass. 
 pass, under that lock, the plan
 
 * pauses when its failed + dead runs exceed ``max_failures``;
-* completes when none of its runs is pending, running or failed.
+* when none of its runs is pending, running or failed: completes only when every run of its
+  range is done (``runner.plan_range_v1``: it waits for an overlapping live plan's runs of its
+  range, adopts those an earlier plan left cancelled or dead, else pauses saying which runs
+  are not done; issue 26, defect 7).
+
+Only slots that are due: ``plan`` clamps a range reaching past the database's now to it
+(saying so in one line, ``BackfillPlan.clamped``), ``runner.create_backfill_v1`` refuses a slot
+after its clock, and neither ``claim_plan_runs`` nor ``runner.start_attempts_v1`` starts a run
+whose slot is after now (issue 26, defect 1). Cancelling a plan restores the runs it displaced
+and never started (a forced success, a skipped or coalesced run) as they were (defect 6).
 
 A plan also pauses when the operator's ``pause_when`` condition returns true or fails. That
 condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
