@@ -692,6 +692,34 @@ def test_a_forced_backfill_cancelled_before_it_starts_leaves_the_covered_slots_c
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_a_forced_run_that_failed_then_cancelled_is_dead_and_listed_with_what_it_covered(
+        url: str, conn: Any) -> None:
+    """Defect 6, the other order: the plan did start the covering run, its attempt failed,
+    then the plan was cancelled. The success is gone (the run was run over): the run is dead,
+    not cancelled, and the gap scan lists it and the 5 slots coalesced into it."""
+    from tests.apps.due import app as due_app
+
+    now = ledger.db_now(conn)
+    job = due_app.jobs["coal"]
+    slots = job.schedule.slots_between(now - 6 * MINUTE, now)[-6:]
+    tracked = Runner()
+    tracked.job("coal", every="1m", misfire="coalesce", track_from=slots[0])(lambda ctx: None)
+    ledger.sync_jobs(conn, list(tracked.jobs.values()))
+    cover = plant_coalesced(conn, job, slots)
+    made = ok_json(cli("backfill", "coal", "--from", iso(slots[-1]), "--to", iso(slots[-1] + SECOND), "--force",
+                       "--reason", "run the catch-up again", "--yes", "--json", "--app", DUE, url=url))
+    [claimed] = backfill.run_once(conn, OWNER, due_app.jobs, 10)
+    assert claimed.id == cover
+    finish(conn, [claimed], "failed")
+    ok_json(cli("backfill", "cancel", str(made["backfill"]["id"]), "--reason", "not now", "--yes", "--json", url=url))
+    assert rows(url, "SELECT status, fence FROM runner.job_runs WHERE id = %s", (cover,)) == [("dead", 2)]
+    listed = rows(url, "SELECT schedule_slot, state FROM runner.missing_slots_v1(now()) WHERE schedule_slot <= %s"
+                       " ORDER BY 1", (slots[-1],))
+    assert listed == [(slot, "dead") for slot in slots]
+    check = cli("check", url=url)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_an_overlapping_plan_completes_only_when_every_run_of_its_range_is_done(url: str, tmp_path: Path) -> None:
     """Defect 7: plan 2 left 15 runs of its range to plan 1; plan 1 was cancelled (and those
     15 with it); plan 2 said completed, 15/15 done, over a range of 30."""

@@ -113,7 +113,9 @@ REVOKE ALL ON FUNCTION runner.resume_backfill_v1(bigint, text, text, integer, bo
 -- before the plan (the `before` the plan's request row keeps: status, trigger, budget,
 -- replay group, lane, finished_at, reason, coalesced_into_slot), never made cancelled: a
 -- real success, and the slots coalesced into it, stay covered (issue 26, defect 6). Those
--- runs are listed in the request row under runs_restored.
+-- runs are listed in the request row under runs_restored. A success the plan ran over with
+-- an attempt that failed (waiting for a retry) becomes dead, not cancelled (runs_dead): the
+-- gap scan lists it, and the slots coalesced into it, until it is rerun.
 CREATE OR REPLACE FUNCTION runner.cancel_backfill_v1(
     plan_id bigint, who text, reason text, as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (request_id bigint, runs_cancelled integer)
@@ -127,6 +129,7 @@ DECLARE
     plan runner.backfills%ROWTYPE;
     cancelled jsonb;
     restored jsonb;
+    overrun jsonb;
     req bigint;
 BEGIN
     plan := runner.lock_backfill_for_action(plan_id, 'cancelled', ARRAY['planned', 'running', 'paused'],
@@ -179,6 +182,41 @@ BEGIN
                'after', jsonb_build_object('status', c.status)) ORDER BY c.id), '[]')
     INTO restored
     FROM changed c;
+    -- a success the plan ran over with an attempt that failed: that run is dead, not cancelled
+    -- (its earlier success no longer stands; the gap scan lists it, and what was coalesced
+    -- into it, until it is rerun)
+    WITH displaced AS (
+        SELECT (x.v ->> 'run_id')::bigint AS id, (x.v -> 'before' ->> 'fence')::bigint AS fence
+        FROM runner.requests q
+        CROSS JOIN LATERAL jsonb_array_elements(q.touched -> 'runs_requeued') AS x(v)
+        WHERE q.action = 'backfill' AND q.job_name = plan.job_name
+          AND (q.touched -> 'backfill' ->> 'id')::bigint = plan.id
+          AND x.v -> 'before' ->> 'status' = 'succeeded'
+    ), target AS (
+        SELECT r.id
+        FROM displaced d
+        JOIN runner.job_runs r ON r.id = d.id
+        WHERE r.replay_group_id = plan.replay_group_id AND r.status = 'failed' AND r.fence > d.fence
+        ORDER BY r.id
+        FOR UPDATE OF r
+    ), changed AS (
+        UPDATE runner.job_runs r
+        SET status = 'dead',
+            next_attempt_at = NULL,
+            finished_at = clock,
+            status_reason = left(format('backfill %s cancelled by %s after its attempt failed: %s (the '
+                                        'success before it was run over: rerun it)', plan.id, btrim(who),
+                                        btrim(reason)), 1000),
+            updated_at = clock
+        FROM target t
+        WHERE r.id = t.id
+        RETURNING r.id
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'run_id', c.id, 'before', jsonb_build_object('status', 'failed'),
+               'after', jsonb_build_object('status', 'dead')) ORDER BY c.id), '[]')
+    INTO overrun
+    FROM changed c;
     WITH target AS (
         SELECT r.id, r.status
         FROM runner.job_runs r
@@ -207,7 +245,7 @@ BEGIN
         'backfills', jsonb_build_array(jsonb_build_object(
             'id', plan.id, 'before', jsonb_build_object('status', plan.status),
             'after', jsonb_build_object('status', 'cancelled'))),
-        'runs', cancelled, 'runs_restored', restored))
+        'runs', cancelled, 'runs_restored', restored, 'runs_dead', overrun))
     RETURNING q.id INTO req;
     RETURN QUERY SELECT req, jsonb_array_length(cancelled);
 END
