@@ -40,6 +40,9 @@ INVARIANTS: dict[str, str] = {
     "stranded_run": "a pending or failed run no claim will ever start (no next_attempt_at, no live plan)",
     "effect_key_twice": "a confirmed effect key recorded again after its run was pruned (runner.effect_keys)",
     "history_unexplained": "a schedule history row no runner sync, re-assertion or definition explains",
+    "started_before_slot": "an attempt that started before its run's slot instant",
+    "plan_completed_not_done": "a backfill plan completed while a run of its range was not done",
+    "cover_not_covered": "a coalesced run whose cover is dead or awaiting approval, not in missing_slots",
 }
 
 COLUMNS = ["invariant", "job_name", "schedule_slot", "partition_key", "run_id", "attempt_id", "detail"]

@@ -41,7 +41,16 @@ process that does not get the lock leaves the plan to the holder for that pass. 
 pass, under that lock, the plan
 
 * pauses when its failed + dead runs exceed ``max_failures``;
-* completes when none of its runs is pending, running or failed.
+* when none of its runs is pending, running or failed: completes only when every run of its
+  range is done (``runner.plan_range_v1``: it waits for an overlapping live plan's runs of its
+  range, adopts those an earlier plan left cancelled or dead, else pauses saying which runs
+  are not done; issue 26, defect 7).
+
+Only slots that are due: ``plan`` clamps a range reaching past the database's now to it
+(saying so in one line, ``BackfillPlan.clamped``), ``runner.create_backfill_v1`` refuses a slot
+after its clock, and neither ``claim_plan_runs`` nor ``runner.start_attempts_v1`` starts a run
+whose slot is after now (issue 26, defect 1). Cancelling a plan restores the runs it displaced
+and never started (a forced success, a skipped or coalesced run) as they were (defect 6).
 
 A plan also pauses when the operator's ``pause_when`` condition returns true or fails. That
 condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
@@ -71,6 +80,7 @@ audited, as it does after the data was fixed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -169,6 +179,7 @@ class BackfillPlan:
     effects: dict[str, int] | None  # effects recorded for those runs, by status (None: no effect log)
     running: list[dict[str, Any]]  # runs in flight (left alone), the first few
     pause_when_now: bool | None  # the pause condition's value when planned
+    clamped: str | None = None  # one line, when --to reached past now and was clamped to it
 
     @property
     def will_insert(self) -> int:
@@ -212,6 +223,7 @@ class BackfillPlan:
             "max_failures": self.spec.max_failures,
             "pause_when": self.spec.pause_when,
             "force": self.spec.force,
+            "clamped": self.clamped,
         }
 
 
@@ -264,10 +276,25 @@ def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | N
     return out, len(slots), stored
 
 
+def clamp_to_now(spec: Spec, now: datetime) -> tuple[Spec, bool]:
+    """Only slots that are due: a range reaching past ``now`` (the database's clock) ends at
+    it, [from, now) (a slot exactly at now is the live claim's); True when it was clamped. A
+    range that starts at or after now has nothing due: refused."""
+    if spec.range_from >= spec.range_to or spec.range_to <= now:
+        return spec, False
+    if spec.range_from >= now:
+        raise OperatorError(f"--from ({spec.range_from.isoformat()}) is not before now ({now.isoformat()}): "
+                            "no slot of the range is due yet; a backfill runs only slots that are due")
+    return dataclasses.replace(spec, range_to=now), True
+
+
 def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
-         prometheus_url: str | None = None) -> BackfillPlan:
+         prometheus_url: str | None = None, now: datetime | None = None) -> BackfillPlan:
     """What a backfill would touch (reads only: this is the dry run). ``prometheus_url``: where
-    a Prometheus pause condition is asked (runner/conditions.py)."""
+    a Prometheus pause condition is asked (runner/conditions.py). A range reaching past now
+    (the database's clock, or ``now``) is clamped to it: the plan's ``clamped`` says so in one
+    line, and its spec ends at now (issue 26, defect 1: a slot is never run before its
+    instant; the later ones run at their time)."""
     if spec.concurrency < 1:
         raise OperatorError("--concurrency must be at least 1")
     if spec.rate is not None and not spec.rate > 0:
@@ -288,7 +315,14 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
         if evaluated.error is not None:
             raise OperatorError(f"--pause-when: {evaluated.error}; nothing written")
         pause_now = evaluated.value
+    asked_to = spec.range_to
+    spec, was_clamped = clamp_to_now(spec, now or ledger.db_now(conn))
     expected, slot_count, stored = expected_runs(job, spec)
+    clamped = None
+    if was_clamped:
+        clamped = (f"--to {asked_to.isoformat()} is after now: the range is clamped to "
+                   f"[{spec.range_from.isoformat()}, {spec.range_to.isoformat()}), its last due slot "
+                   f"{expected.slots[-1].isoformat()}; the later slots run at their time")
     params = {"job_name": job.name, **expected.keys()}
     states = {r["state"]: r["runs"] for r in ledger.dict_rows(conn, Q["impact"], params)}
     running = ledger.dict_rows(conn, Q["impact_running"], {**params, "limit": 20})
@@ -296,7 +330,8 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
     if operate.column_exists(conn, "runner.effects", "run_id"):
         effects = {r["status"]: r["effects"] for r in ledger.dict_rows(conn, Q["impact_effects"], params)}
     return BackfillPlan(spec=spec, expected=expected, slot_count=slot_count, partitions=stored,
-                        states=states, effects=effects, running=running, pause_when_now=pause_now)
+                        states=states, effects=effects, running=running, pause_when_now=pause_now,
+                        clamped=clamped)
 
 
 def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, who: str | None = None,
@@ -385,9 +420,7 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
             log.warning("backfill_paused plan=%s job=%s: %s", p["id"], job.name, reason)
             return False
         if state["unfinished"] == 0:
-            _one(conn, "complete_plan", {"plan_id": p["id"], "verify": job.verify is not None, "now": now})
-            log.info("backfill_completed plan=%s job=%s", p["id"], job.name)
-            return True
+            return _finish_plan(conn, job, p["id"], now)
         if state["job_paused"]:
             return False
         room = min(limit, state["concurrency"] - state["running"])
@@ -401,6 +434,31 @@ def _plan_pass(conn: psycopg.Connection[Any], owner: Owner, job: JobDef, p: dict
             "limit": room, "tokens": tokens, "lane": lane, "now": now}).fetchall()
         claimed.extend(ledger.claimed_rows(rows)[1])
     return False
+
+
+def _finish_plan(conn: psycopg.Connection[Any], job: JobDef, plan_id: int, now: datetime | None) -> bool:
+    """A plan whose own runs are all finished: completed only when every run of its range is
+    done (runner.plan_range_v1: it waits for an overlapping live plan's runs, adopts those an
+    earlier plan left cancelled or dead, else pauses saying what is not done). True when it
+    completed."""
+    owed = _one(conn, "plan_range", {"plan_id": plan_id, "now": now})
+    assert owed is not None
+    if owed["foreign_unfinished"]:
+        return False  # an overlapping plan is still running runs of this range
+    if owed["adopted"]:
+        log.info("backfill_adopted plan=%s job=%s: %s run(s) an earlier plan left undone", plan_id,
+                 job.name, owed["adopted"])
+        return False  # claimed from the next pass on
+    if owed["not_done"]:
+        states = ", ".join(f"{n} {s}" for s, n in sorted(owed["not_done_by_status"].items()))
+        reason = (f"its runs are finished but {owed['not_done']} run(s) of its range are not done "
+                  f"({states}): rerun or skip them (runner gaps lists them), then resume; or cancel")
+        _one(conn, "pause_plan", {"plan_id": plan_id, "reason": reason[:1000], "now": now})
+        log.warning("backfill_paused plan=%s job=%s: %s", plan_id, job.name, reason)
+        return False
+    _one(conn, "complete_plan", {"plan_id": plan_id, "verify": job.verify is not None, "now": now})
+    log.info("backfill_completed plan=%s job=%s", plan_id, job.name)
+    return True
 
 
 def _pause_reason(state: dict[str, Any]) -> str | None:

@@ -1012,6 +1012,8 @@ def backfill_create(
         _, conn = _open_ledger(database_url)
         planned: backfill.BackfillPlan = actions.plan(conn, "backfill", params, app=runner_app,
                                                       prometheus_url=prometheus_url)
+        if planned.clamped:
+            _say(planned.clamped, err=True)  # one line: the range ends at now
         if dry_run:
             conn.close()
             if as_json:

@@ -158,7 +158,8 @@ BEGIN
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
-                            'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1', 'sync_schedule_v1')
+                            'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1', 'sync_schedule_v1',
+                            'plan_range_v1')
         ORDER BY 1
     LOOP
         -- prune_v1 (retention, revision 0009) to both: the runners' background duty and
@@ -172,7 +173,7 @@ BEGIN
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
                                                'advance_watermarks_v1', 'advance_watermarks_v2',
-                                               'prune_instances_v1', 'sync_schedule_v1',
+                                               'prune_instances_v1', 'sync_schedule_v1', 'plan_range_v1',
                                                'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);
     END LOOP;

@@ -20,7 +20,7 @@ import pytest
 from runner import Runner, backfill, conditions, ledger, operate
 from runner.ledger import Outcome, Owner
 from tests.apps.backfill import app as bf_app
-from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
+from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 APP = "tests/apps/backfill.py:app"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -544,3 +544,306 @@ def test_the_operator_role_can_backfill_but_not_forge_fences(url: str, conn: Any
                           "UPDATE runner.backfills SET verify_status = 'passed'"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 c.execute(statement)
+
+
+# -- backfills against the clock and the ledger's coverage (issue 26) -----------------------------
+
+DUE = "tests/apps/due.py:app"
+SECOND = timedelta(seconds=1)
+MINUTE = timedelta(minutes=1)
+
+
+def when(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def early_attempts(url: str) -> int:
+    """Attempts that started before their run's slot instant."""
+    return int(scalar(url, "SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                           " WHERE a.started_at < r.schedule_slot"))
+
+
+def test_a_backfill_reaching_past_now_is_clamped_and_no_slot_runs_before_its_time(url: str, tmp_path: Path) -> None:
+    """Defect 1: `runner backfill --to <the future>` queued slots whose instant had not come;
+    the runners ran them at once, and the live claim then found the slot taken."""
+    now = scalar(url, "SELECT now()")
+    out = cli("backfill", "ticks", "--from", iso(now - 20 * SECOND), "--to", iso(now + 30 * SECOND),
+              "--reason", "replay the last minute", "--yes", "--json", "--app", DUE, url=url)
+    after = scalar(url, "SELECT now()")
+    assert out.returncode == 0, out.stderr
+    # nothing queued for a slot that is not due
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs WHERE schedule_slot > %s", (after,)) == 0
+    made = json.loads(out.stdout)
+    # said in one line (stderr: stdout stays JSON), and recorded on the plan as clamped
+    assert out.stderr.strip().count("\n") == 0 and "is after now: the range is clamped" in out.stderr
+    assert made["clamped"] == out.stderr.strip()
+    plan = made["backfill"]
+    assert now <= when(plan["range_to"]) <= after
+    assert made["expected_runs"] in (10, 11)  # every 2 s over the 20 s that were due
+    plan_id = plan["id"]
+    proc = RunnerProcess(DUE, url, "--poll-interval", "0.1", log=tmp_path / "r.log")
+    try:
+        eventually(lambda: scalar(url, "SELECT status FROM runner.backfills WHERE id = %s", (plan_id,)) == "completed",
+                   timeout=60)
+        # the later slots run at their time, claimed live (trigger schedule), not by the plan
+        eventually(lambda: scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'ticks'"
+                                       " AND trigger = 'schedule' AND status = 'succeeded' AND schedule_slot > %s",
+                                  (after,)) >= 3, timeout=30)
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    assert early_attempts(url) == 0
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs r JOIN runner.backfills b"
+                       " ON b.replay_group_id = r.replay_group_id WHERE r.schedule_slot > b.range_to") == 0
+    assert_ledger_clean(url)
+
+
+def test_a_range_entirely_in_the_future_is_refused_in_one_line(url: str) -> None:
+    now = scalar(url, "SELECT now()")
+    before = snapshot(url)
+    out = cli("backfill", "ticks", "--from", iso(now + MINUTE), "--to", iso(now + 2 * MINUTE), "--reason", "early",
+              "--yes", "--app", DUE, url=url)
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\n") == 0 and "no slot of the range is due yet" in out.stderr, out.stderr
+    assert snapshot(url) == before
+
+
+def test_the_database_refuses_a_plan_with_a_slot_not_yet_due(url: str, conn: Any) -> None:
+    """runner.create_backfill_v1 itself (an older runner, or any caller): no range past now."""
+    now = ledger.db_now(conn)
+    slot = now + MINUTE
+    with pytest.raises(psycopg.errors.RaiseException, match="reaches past now"):
+        conn.execute(
+            "SELECT * FROM runner.create_backfill_v1('ticks', %s, %s, NULL, 'bulk', 1, NULL, NULL, NULL, false,"
+            " ARRAY[%s]::timestamptz[], ARRAY['']::text[], ARRAY[%s]::date[], ARRAY[%s]::timestamptz[],"
+            " ARRAY[%s]::timestamptz[], ARRAY['k']::text[], 'me', 'early', NULL)",
+            (now - MINUTE, slot + SECOND, slot, slot.date(), slot - 2 * SECOND, slot))
+    assert scalar(url, "SELECT count(*) FROM runner.backfills") == 0
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs") == 0
+
+
+def test_the_lane_and_start_attempts_never_start_a_slot_before_its_instant(url: str, conn: Any) -> None:
+    made = create(conn, spec(start=0, end=2, partitions=("a",)))
+    future = conn.execute("UPDATE runner.job_runs SET schedule_slot = now() + interval '1 hour'"
+                          " WHERE schedule_slot = %s RETURNING id", (at(1),)).fetchone()[0]
+    claimed = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert [r.slot for r in claimed] == [at(0)]
+    finish(conn, claimed)
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []
+    assert conn.execute("SELECT count(*) FROM runner.start_attempts_v1(ARRAY[%s]::bigint[], ARRAY[NULL]::bigint[],"
+                        " false, 'h', 1, gen_random_uuid(), 1)", (future,)).fetchone()[0] == 0
+    assert scalar(url, "SELECT status FROM runner.job_runs WHERE id = %s", (future,)) == "pending"
+    assert plan_row(conn, made["backfill"]["id"])["status"] == "running"  # its slot is still to come
+
+
+def plant_coalesced(conn: Any, job: Any, slots: list[datetime]) -> int:
+    """What the misfire duty writes for coalesce: the last slot's run covers the others
+    (succeeded, with its attempt); returns the covering run's id."""
+    cover = slots[-1]
+    ids = []
+    for slot in slots:
+        start, end = job.window_for(slot)
+        covering = slot == cover
+        ids.append(conn.execute(
+            "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date, window_start,"
+            " window_end, status, trigger, attempt, fence, idempotency_key, status_reason, coalesced_into_slot,"
+            " started_at, finished_at) VALUES (%s, %s, '', %s, %s, %s, %s, 'catch_up', %s, %s, %s, %s, %s,"
+            " CASE WHEN %s THEN now() END, now()) RETURNING id",
+            (job.name, slot, slot.date(), start, end, "succeeded" if covering else "coalesced",
+             int(covering), int(covering), f"{job.name}|{slot.isoformat()}",
+             None if covering else f"coalesced into the run of {cover.isoformat()}",
+             None if covering else cover, covering)).fetchone()[0])
+    conn.execute("INSERT INTO runner.attempts (run_id, attempt, fence, trigger, owner_host, owner_pid,"
+                 " owner_instance, lock_key, status, started_at, heartbeat_at, finished_at)"
+                 " VALUES (%s, 1, 1, 'catch_up', 'h', 1, gen_random_uuid(), 1, 'succeeded', now(), now(), now())",
+                 (ids[-1],))
+    return int(ids[-1])
+
+
+def test_a_forced_backfill_cancelled_before_it_starts_leaves_the_covered_slots_covered(url: str, conn: Any) -> None:
+    """Defect 6: the covering run of 5 coalesced slots, requeued by `backfill --force` and
+    cancelled before it started, became cancelled: the 5 slots were covered by nothing, and
+    the gap scan did not list them."""
+    from tests.apps.due import app as due_app
+
+    now = ledger.db_now(conn)
+    job = due_app.jobs["coal"]
+    slots = job.schedule.slots_between(now - 6 * MINUTE, now)[-6:]
+    tracked = Runner()
+    tracked.job("coal", every="1m", misfire="coalesce", track_from=slots[0])(lambda ctx: None)
+    ledger.sync_jobs(conn, list(tracked.jobs.values()))
+    cover = plant_coalesced(conn, job, slots)
+    assert cli("check", url=url).returncode == 0
+    made = ok_json(cli("backfill", "coal", "--from", iso(slots[-1]), "--to", iso(slots[-1] + MINUTE), "--force",
+                       "--reason", "run the catch-up again", "--yes", "--json", "--app", DUE, url=url))
+    assert [made["inserted"], made["requeued"]] == [0, 1]
+    out = ok_json(cli("backfill", "cancel", str(made["backfill"]["id"]), "--reason", "not now", "--yes", "--json",
+                      url=url))
+    assert out["plan"]["status"] == "cancelled"
+    # the success the plan displaced is back, as it was
+    assert rows(url, "SELECT status, trigger, attempt, fence, replay_group_id FROM runner.job_runs WHERE id = %s",
+                (cover,)) == [("succeeded", "catch_up", 1, 1, None)]
+    assert rows(url, "SELECT status, count(*) FROM runner.job_runs GROUP BY 1 ORDER BY 1") == [
+        ("coalesced", 5), ("succeeded", 1)]
+    restored = scalar(url, "SELECT touched -> 'runs_restored' FROM runner.requests WHERE action = 'backfill_cancel'")
+    assert restored == [{"run_id": cover, "before": {"status": "pending"}, "after": {"status": "succeeded"}}]
+    assert scalar(url, "SELECT count(*) FROM runner.missing_slots_v1(now()) WHERE schedule_slot <= %s",
+                  (slots[-1],)) == 0
+    check = cli("check", url=url)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_forced_run_that_failed_then_cancelled_is_dead_and_listed_with_what_it_covered(
+        url: str, conn: Any) -> None:
+    """Defect 6, the other order: the plan did start the covering run, its attempt failed,
+    then the plan was cancelled. The success is gone (the run was run over): the run is dead,
+    not cancelled, and the gap scan lists it and the 5 slots coalesced into it."""
+    from tests.apps.due import app as due_app
+
+    now = ledger.db_now(conn)
+    job = due_app.jobs["coal"]
+    slots = job.schedule.slots_between(now - 6 * MINUTE, now)[-6:]
+    tracked = Runner()
+    tracked.job("coal", every="1m", misfire="coalesce", track_from=slots[0])(lambda ctx: None)
+    ledger.sync_jobs(conn, list(tracked.jobs.values()))
+    cover = plant_coalesced(conn, job, slots)
+    made = ok_json(cli("backfill", "coal", "--from", iso(slots[-1]), "--to", iso(slots[-1] + SECOND), "--force",
+                       "--reason", "run the catch-up again", "--yes", "--json", "--app", DUE, url=url))
+    [claimed] = backfill.run_once(conn, OWNER, due_app.jobs, 10)
+    assert claimed.id == cover
+    finish(conn, [claimed], "failed")
+    ok_json(cli("backfill", "cancel", str(made["backfill"]["id"]), "--reason", "not now", "--yes", "--json", url=url))
+    assert rows(url, "SELECT status, fence FROM runner.job_runs WHERE id = %s", (cover,)) == [("dead", 2)]
+    listed = rows(url, "SELECT schedule_slot, state FROM runner.missing_slots_v1(now()) WHERE schedule_slot <= %s"
+                       " ORDER BY 1", (slots[-1],))
+    assert listed == [(slot, "dead") for slot in slots]
+    check = cli("check", url=url)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_an_overlapping_plan_completes_only_when_every_run_of_its_range_is_done(url: str, tmp_path: Path) -> None:
+    """Defect 7: plan 2 left 15 runs of its range to plan 1; plan 1 was cancelled (and those
+    15 with it); plan 2 said completed, 15/15 done, over a range of 30."""
+    first = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(15)), "--partition", "a",
+                        "--reason", "first", "--yes", "--json", "--app", APP, url=url))
+    second = ok_json(cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(30)), "--partition", "a",
+                         "--reason", "second", "--yes", "--json", "--app", APP, url=url))
+    assert (second["inserted"], second["left_alone"], second["expected_runs"]) == (15, 15, 30)
+    cancelled = ok_json(cli("backfill", "cancel", str(first["backfill"]["id"]), "--reason", "superseded", "--yes",
+                            "--json", url=url))
+    assert cancelled["runs_cancelled"] == 15
+    plan_id = second["backfill"]["id"]
+    proc = RunnerProcess(APP, url, "--poll-interval", "0.1", env={"BF_WORK_SECONDS": "0.01"},
+                         log=tmp_path / "r.log")
+    try:
+        eventually(lambda: scalar(url, "SELECT status FROM runner.backfills WHERE id = %s", (plan_id,)) == "completed",
+                   timeout=60)
+    finally:
+        assert proc.terminate() == 0, proc.output()
+    shown = ok_json(cli("backfill", "show", str(plan_id), "--json", url=url))
+    assert (shown["expected_runs"], shown["runs"], shown["done"]) == (30, 30, 30)
+    assert shown["runs_by_status"] == {"succeeded": 30}
+    assert rows(url, "SELECT status, count(*) FROM runner.job_runs WHERE job_name = 'hourly' AND partition_key = 'a'"
+                     " AND schedule_slot >= %s AND schedule_slot < %s GROUP BY 1", (at(0), at(30))) == [("succeeded", 30)]
+    assert_ledger_clean(url)
+
+
+def test_a_plan_whose_runs_died_pauses_instead_of_completing(url: str, conn: Any) -> None:
+    """`completed` means every run of the range is done: a dead run (within max_failures)
+    pauses the plan, saying so; rerun and resume, and it completes."""
+    made = create(conn, spec("flaky", 0, 2, max_failures=5, concurrency=2))
+    plan_id = made["backfill"]["id"]
+    claimed = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    finish(conn, [r for r in claimed if r.slot == at(0)])
+    finish(conn, [r for r in claimed if r.slot == at(1)], "dead")
+    assert backfill.run_once(conn, OWNER, bf_app.jobs, 10) == []
+    row = plan_row(conn, plan_id)
+    assert row["status"] == "paused"
+    assert row["pause_reason"].startswith("its runs are finished but 1 run(s) of its range are not done (1 dead)")
+    dead = scalar(url, "SELECT id FROM runner.job_runs WHERE status = 'dead'")
+    operate.rerun(conn, operate.plan_rerun(conn, "flaky", at(1)), "try again", "tester")
+    backfill.resume(conn, plan_id, "rerun done", "tester")
+    again = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert [r.id for r in again] == [dead]
+    finish(conn, again)
+    backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    assert plan_row(conn, plan_id)["status"] == "completed"
+
+
+def test_a_failed_backfill_run_before_track_from_is_listed_by_the_gap_scan(url: str, conn: Any) -> None:
+    """Suspicion: a backfill of history before the job was registered whose run dies was
+    outside the gap scan (bounded by track_from) and the audit (same bound): invisible."""
+    ledger.sync_jobs(conn, [bf_app.jobs["flaky"]])  # tracked from now
+    made = create(conn, spec("flaky", 0, 1))
+    claimed = backfill.run_once(conn, OWNER, bf_app.jobs, 10)
+    finish(conn, claimed, "dead")
+    [run_id] = [r.id for r in claimed]
+    listed = rows(url, "SELECT run_id, state FROM runner.missing_slots_v1(now()) WHERE job_name = 'flaky'")
+    assert listed == [(run_id, "dead")]
+    assert made["backfill"]["range_to"] < ledger.db_now(conn)
+    assert_ledger_clean(url)
+
+
+def _blocked_on_a_lock(url: str, pid: int) -> bool:
+    return bool(scalar(url, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)))
+
+
+def test_a_forced_backfill_racing_a_prune_pass_still_queues_the_slot(db_url: str) -> None:
+    """Suspicion: `backfill --force` and a prune pass on the same slot, either first: the slot
+    ends with a run of the plan (inserted when the prune deleted the old one first, queued
+    again when the plan locked it first), never neither; and the gap scan lists it."""
+    import threading
+
+    from psycopg.types.json import Jsonb
+
+    from tests.test_prune import POLICY, H, seed
+
+    hourly = Runner()
+    for name in ("j", "k"):
+        hourly.job(name, every="1h")(lambda ctx: None)
+    job = hourly.jobs["j"]
+    with psycopg.connect(db_url, autocommit=True) as a, psycopg.connect(db_url, autocommit=True) as b:
+        for c in (a, b):
+            c.execute("SET TIME ZONE 'UTC'")
+        start = seed(a)["start"]
+        seed(a, "k", policy=None)  # kept whole until the second leg
+        made: dict[str, Any] = {}
+
+        # the prune pass first: it has deleted the slot's run, not committed, when the plan comes
+        first = start + 2 * H
+        with a.transaction():
+            assert a.execute("SELECT count(*) FROM runner.prune_v1(10000)").fetchone()[0] > 0
+            planned = backfill.plan(b, job, backfill.Spec("j", first, first + H, force=True))
+            assert planned.states == {"succeeded": 1}  # the deletion is not committed yet
+            worker = threading.Thread(target=lambda: made.update(one=backfill.create(b, planned, "race", "t")))
+            worker.start()
+            eventually(lambda: _blocked_on_a_lock(db_url, b.info.backend_pid), message="the plan waits for the prune")
+        worker.join(30)
+        assert (made["one"]["inserted"], made["one"]["requeued"]) == (1, [])
+        group = made["one"]["backfill"]["replay_group_id"]
+        assert rows(db_url, "SELECT status, trigger, replay_group_id FROM runner.job_runs"
+                            " WHERE job_name = 'j' AND schedule_slot = %s", (first,)) == [("pending", "backfill", group)]
+
+        # the plan first: it has queued the slot's run again, not committed, when the prune comes
+        second = start + 5 * H
+        conn_id = scalar(db_url, "SELECT id FROM runner.job_runs WHERE job_name = 'k' AND schedule_slot = %s",
+                         (second,))
+        a.execute("UPDATE runner.jobs SET options = %s WHERE job_name = 'k'", (Jsonb({"retention": POLICY}),))
+        pruned: list[Any] = []
+        with b.transaction():
+            made["two"] = backfill.create(b, backfill.plan(b, hourly.jobs["k"], backfill.Spec(
+                "k", second, second + H, force=True)), "race", "t")
+            worker = threading.Thread(target=lambda: pruned.extend(
+                a.execute("SELECT run_id FROM runner.prune_v1(10000)").fetchall()))
+            worker.start()
+            eventually(lambda: not worker.is_alive() or _blocked_on_a_lock(db_url, a.info.backend_pid),
+                       message="the prune passes or waits")
+        worker.join(30)
+        assert [r["id"] for r in made["two"]["requeued"]] == [conn_id]
+        assert (conn_id,) not in pruned
+        group = made["two"]["backfill"]["replay_group_id"]
+        assert len(pruned) > 0  # the others of k went
+        assert rows(db_url, "SELECT id, status, replay_group_id FROM runner.job_runs"
+                            " WHERE job_name = 'k' AND schedule_slot = %s", (second,)) == [(conn_id, "pending", group)]
+        listed = {r[0] for r in rows(db_url, "SELECT run_id FROM runner.missing_slots_v1(now())")}
+        assert {conn_id, *[r[0] for r in rows(db_url, "SELECT id FROM runner.job_runs WHERE job_name = 'j'"
+                                               " AND schedule_slot = %s", (first,))]} <= listed

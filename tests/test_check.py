@@ -534,3 +534,83 @@ def test_the_read_only_role_runs_the_audit(db_url: str, db_roles: Any, conn: psy
         ("orphaned_running", run, attempt_id)]
     with psycopg.connect(db_roles.url(db_url, "readonly"), autocommit=True) as reader:
         assert reader.execute("SELECT count(*) FROM runner.violations").fetchone() == (1,)
+
+
+# -- the classes of issue 26: each planted in a real ledger, `runner check` exits 1 -----------
+
+
+def check_cli(db_url: str) -> set[tuple[str, int | None]]:
+    """`runner check --json`: it exits 1, and the (invariant, run id) it reports."""
+    out = run_cli("check", "--json", url=db_url)
+    assert out.returncode == 1, out.stdout + out.stderr
+    return {(r["invariant"], r["run_id"]) for r in json.loads(out.stdout)}
+
+
+def test_started_before_slot(conn: psycopg.Connection[Any], db_url: str) -> None:
+    sync(conn)
+    s = slots_of(conn)
+    settle(conn)
+    assert found(conn) == set()
+    # an attempt that started ten minutes before its slot (a plan ran a slot not yet due); the
+    # settled runs, started at or after their slots, are not early
+    early, [attempt] = make_run(conn, "job", s[-1] + HOUR, started=s[-1] + 50 * timedelta(minutes=1))
+    assert ("started_before_slot", "job", s[-1] + HOUR, "", early, attempt) in found(conn)
+    assert kinds(conn) == {"started_before_slot"}
+    assert ("started_before_slot", early) in check_cli(db_url)
+
+
+def plan(conn: psycopg.Connection[Any], job: str, start: datetime, end: datetime, status: str,
+         finished: datetime | None = None) -> tuple[int, str]:
+    row = conn.execute(
+        "INSERT INTO runner.backfills (job_name, range_from, range_to, status, expected_runs, requested_by, reason,"
+        " finished_at) VALUES (%s, %s, %s, %s, 0, 'me', 'r', %s) RETURNING id, replay_group_id::text",
+        (job, start, end, status, finished)).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_plan_completed_not_done(conn: psycopg.Connection[Any], db_url: str) -> None:
+    sync(conn)
+    s = slots_of(conn)
+    settle(conn, skip=(s[0], s[1]))
+    # plan 1 left s[0] cancelled (it was cancelled); plan 2 over s[0]..s[1] completed after it
+    _, first = plan(conn, "job", s[0], s[1], "cancelled", db_now(conn))
+    left, _ = make_run(conn, "job", s[0], status="cancelled", attempts=(), reason="backfill 1 cancelled",
+                       trigger="backfill")
+    conn.execute("UPDATE runner.job_runs SET replay_group_id = %s, updated_at = now() - interval '1 minute'"
+                 " WHERE id = %s", (first, left))
+    _, second = plan(conn, "job", s[0], s[2], "completed", db_now(conn))
+    own, _ = make_run(conn, "job", s[1], attempts=(("succeeded", "backfill"),), trigger="backfill")
+    conn.execute("UPDATE runner.job_runs SET replay_group_id = %s WHERE id = %s", (second, own))
+    assert {(r[0], r[4]) for r in found(conn)} == {("plan_completed_not_done", left)}
+    assert check_cli(db_url) == {("plan_completed_not_done", left)}
+    # a run of its range changed after the plan completed (a later rerun) is not the plan's doing
+    conn.execute("UPDATE runner.job_runs SET updated_at = now() + interval '1 minute' WHERE id = %s", (left,))
+    assert found(conn) == set()
+
+
+def test_cover_not_covered(conn: psycopg.Connection[Any], db_url: str) -> None:
+    from tests.support import ROOT
+
+    sync(conn)
+    s = slots_of(conn)
+    settle(conn, skip=tuple(s[:4]))
+    # s[0] coalesced into s[1], which is still at work (pending): covered once it succeeds
+    make_run(conn, "job", s[1], status="pending", attempts=(), trigger="catch_up")
+    make_run(conn, "job", s[0], status="coalesced", attempts=(), reason="coalesced", coalesced_into=s[1])
+    # s[2] coalesced into s[3], which died: covered by nothing until s[3] is rerun
+    cover, _ = make_run(conn, "job", s[3], status="dead", attempts=(("failed", "catch_up"),), trigger="catch_up")
+    lost, _ = make_run(conn, "job", s[2], status="coalesced", attempts=(), reason="coalesced", coalesced_into=s[3])
+    # the gap scan lists it, with the cover's state and a reason naming the cover: the audit is clean
+    listed = conn.execute("SELECT run_id, state, status_reason FROM runner.missing_slots_v1(now())"
+                          " WHERE schedule_slot IN (%s, %s) ORDER BY schedule_slot", (s[2], s[3])).fetchall()
+    assert [(r[0], r[1]) for r in listed] == [(lost, "dead"), (cover, "dead")]
+    assert f"(run {cover}), which is dead" in listed[0][2]
+    assert found(conn) == set()
+    # a gap scan that stops listing it (as before issue 26): runner check names the class
+    body = (ROOT / "sql" / "views" / "missing_slots.sql").read_text()
+    marker = "UNION ALL\n-- coalesced runs whose covering run is dead or awaiting approval"
+    assert marker in body
+    conn.execute(body.split(marker)[0] + "$$;")
+    assert {(r[0], r[4]) for r in found(conn)} == {("cover_not_covered", lost)}
+    assert check_cli(db_url) == {("cover_not_covered", lost)}

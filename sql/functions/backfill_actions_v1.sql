@@ -108,6 +108,14 @@ REVOKE ALL ON FUNCTION runner.resume_backfill_v1(bigint, text, text, integer, bo
 
 -- cancel: planned, running or paused -> cancelled; its runs not yet started (pending, or
 -- failed and waiting for a retry) become cancelled with the reason; runs in flight finish.
+-- A run the plan displaced and never started (queued again from succeeded with --force, or
+-- from skipped or coalesced: still pending at the fence it had) is restored as it was
+-- before the plan (the `before` the plan's request row keeps: status, trigger, budget,
+-- replay group, lane, finished_at, reason, coalesced_into_slot), never made cancelled: a
+-- real success, and the slots coalesced into it, stay covered (issue 26, defect 6). Those
+-- runs are listed in the request row under runs_restored. A success the plan ran over with
+-- an attempt that failed (waiting for a retry) becomes dead, not cancelled (runs_dead): the
+-- gap scan lists it, and the slots coalesced into it, until it is rerun.
 CREATE OR REPLACE FUNCTION runner.cancel_backfill_v1(
     plan_id bigint, who text, reason text, as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (request_id bigint, runs_cancelled integer)
@@ -120,6 +128,8 @@ DECLARE
     clock constant timestamptz := coalesce(as_of, now());
     plan runner.backfills%ROWTYPE;
     cancelled jsonb;
+    restored jsonb;
+    overrun jsonb;
     req bigint;
 BEGIN
     plan := runner.lock_backfill_for_action(plan_id, 'cancelled', ARRAY['planned', 'running', 'paused'],
@@ -127,6 +137,86 @@ BEGIN
     UPDATE runner.backfills b
     SET status = 'cancelled', pause_reason = NULL, finished_at = clock, updated_at = clock
     WHERE b.id = plan.id;
+    -- what the plan displaced and never started: back as it was
+    WITH displaced AS (
+        SELECT (x.v ->> 'run_id')::bigint AS id, x.v -> 'before' AS b
+        FROM runner.requests q
+        CROSS JOIN LATERAL jsonb_array_elements(q.touched -> 'runs_requeued') AS x(v)
+        WHERE q.action = 'backfill' AND q.job_name = plan.job_name
+          AND (q.touched -> 'backfill' ->> 'id')::bigint = plan.id
+          AND (x.v -> 'before' ->> 'status' = 'succeeded'
+               OR (x.v -> 'before' ->> 'status' IN ('skipped', 'coalesced')
+                   AND x.v -> 'before' ? 'coalesced_into_slot'))
+    ), target AS (
+        SELECT r.id, d.b
+        FROM displaced d
+        JOIN runner.job_runs r ON r.id = d.id
+        WHERE r.replay_group_id = plan.replay_group_id AND r.status = 'pending'
+          AND r.fence = (d.b ->> 'fence')::bigint
+        ORDER BY r.id
+        FOR UPDATE OF r
+    ), changed AS (
+        UPDATE runner.job_runs r
+        SET status = t.b ->> 'status',
+            trigger = t.b ->> 'trigger',
+            uncounted_attempts = (t.b ->> 'uncounted_attempts')::integer,
+            replay_group_id = CASE WHEN t.b ? 'replay_group_id' THEN (t.b ->> 'replay_group_id')::uuid
+                                   ELSE r.replay_group_id END,
+            lane = CASE WHEN t.b ? 'lane' THEN t.b ->> 'lane' ELSE r.lane END,
+            next_attempt_at = NULL,
+            finished_at = coalesce((t.b ->> 'finished_at')::timestamptz,
+                                   (SELECT a.finished_at FROM runner.attempts a
+                                    WHERE a.run_id = r.id AND a.fence = r.fence), clock),
+            status_reason = coalesce(t.b ->> 'status_reason',
+                                     left(format('backfill %s cancelled before it ran: restored', plan.id), 1000)),
+            coalesced_into_slot = (t.b ->> 'coalesced_into_slot')::timestamptz,
+            processed_count = coalesce((t.b ->> 'processed_count')::bigint, r.processed_count),
+            failed_count = coalesce((t.b ->> 'failed_count')::bigint, r.failed_count),
+            updated_at = clock
+        FROM target t
+        WHERE r.id = t.id
+        RETURNING r.id, r.status
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'run_id', c.id, 'before', jsonb_build_object('status', 'pending'),
+               'after', jsonb_build_object('status', c.status)) ORDER BY c.id), '[]')
+    INTO restored
+    FROM changed c;
+    -- a success the plan ran over with an attempt that failed: that run is dead, not cancelled
+    -- (its earlier success no longer stands; the gap scan lists it, and what was coalesced
+    -- into it, until it is rerun)
+    WITH displaced AS (
+        SELECT (x.v ->> 'run_id')::bigint AS id, (x.v -> 'before' ->> 'fence')::bigint AS fence
+        FROM runner.requests q
+        CROSS JOIN LATERAL jsonb_array_elements(q.touched -> 'runs_requeued') AS x(v)
+        WHERE q.action = 'backfill' AND q.job_name = plan.job_name
+          AND (q.touched -> 'backfill' ->> 'id')::bigint = plan.id
+          AND x.v -> 'before' ->> 'status' = 'succeeded'
+    ), target AS (
+        SELECT r.id
+        FROM displaced d
+        JOIN runner.job_runs r ON r.id = d.id
+        WHERE r.replay_group_id = plan.replay_group_id AND r.status = 'failed' AND r.fence > d.fence
+        ORDER BY r.id
+        FOR UPDATE OF r
+    ), changed AS (
+        UPDATE runner.job_runs r
+        SET status = 'dead',
+            next_attempt_at = NULL,
+            finished_at = clock,
+            status_reason = left(format('backfill %s cancelled by %s after its attempt failed: %s (the '
+                                        'success before it was run over: rerun it)', plan.id, btrim(who),
+                                        btrim(reason)), 1000),
+            updated_at = clock
+        FROM target t
+        WHERE r.id = t.id
+        RETURNING r.id
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'run_id', c.id, 'before', jsonb_build_object('status', 'failed'),
+               'after', jsonb_build_object('status', 'dead')) ORDER BY c.id), '[]')
+    INTO overrun
+    FROM changed c;
     WITH target AS (
         SELECT r.id, r.status
         FROM runner.job_runs r
@@ -155,7 +245,7 @@ BEGIN
         'backfills', jsonb_build_array(jsonb_build_object(
             'id', plan.id, 'before', jsonb_build_object('status', plan.status),
             'after', jsonb_build_object('status', 'cancelled'))),
-        'runs', cancelled))
+        'runs', cancelled, 'runs_restored', restored, 'runs_dead', overrun))
     RETURNING q.id INTO req;
     RETURN QUERY SELECT req, jsonb_array_length(cancelled);
 END

@@ -76,6 +76,27 @@
 --                            look before reporting them.
 --   skipped_without_reason   a skipped, coalesced or cancelled run without status_reason.
 --   fence_behind             a run whose fence is lower than one of its attempts' fences.
+--   started_before_slot      an attempt that started before its run's slot instant (issue 26,
+--                            defect 1: a backfill ran future slots). Every claim starts at
+--                            or after the slot by the database's clock: claim_slots claims
+--                            slots <= now, runner.start_attempts_v1 and claim_plan_runs
+--                            start nothing whose slot is after now.
+--   plan_completed_not_done  a backfill plan `completed` while a run of its range (a run of
+--                            its job, slot in [range_from, range_to), partition among its
+--                            partitions when it names them, belonging to it or to an
+--                            overlapping plan) was not done: not succeeded, skipped or
+--                            coalesced, at the plan's finished_at (the run unchanged since).
+--                            The lane completes a plan only when runner.plan_range_v1
+--                            finds every run of its range done (issue 26, defect 7).
+--   cover_not_covered        a coalesced run whose covering run (same job and partition,
+--                            at coalesced_into_slot) exists but will not cover it: dead or
+--                            awaiting approval, and the coalesced slot is not listed by
+--                            the gap scan. (A missing, skipped, coalesced or cancelled
+--                            cover is coalesced_into_nothing; a cover that is pending,
+--                            running or failed with a retry is still at work.)
+--   unlisted_gap (runs)      also a run that does not account for its slot before the
+--                            job's track_from (a backfill of history before the job was
+--                            registered): the gap scan lists those too.
 --   stranded_run             a pending or failed run with no next_attempt_at outside an
 --                            unfinished backfill plan: no claim statement will ever start it
 --                            (claim_due_runs needs next_attempt_at; only the backfill lane
@@ -255,7 +276,7 @@ FROM (
     JOIN tracked t ON t.job_name = r.job_name
     CROSS JOIN clock c
     WHERE r.status IN ('pending', 'failed', 'dead', 'awaiting_approval')
-      AND r.schedule_slot >= t.first_slot AND r.schedule_slot <= c.now
+      AND r.schedule_slot <= c.now
       AND NOT EXISTS (SELECT 1 FROM listed m WHERE m.run_id = r.id)
 
     UNION ALL
@@ -305,6 +326,44 @@ FROM (
                               'attempt_status', a.status)
     FROM runs r
     JOIN runner.attempts a ON a.run_id = r.id AND a.fence > r.fence
+
+    UNION ALL
+    SELECT 'started_before_slot', r.job_name, r.schedule_slot, r.partition_key, r.id, a.id,
+           jsonb_build_object('attempt_started_at', a.started_at, 'attempt_trigger', a.trigger,
+                              'early_by_seconds', extract(epoch FROM r.schedule_slot - a.started_at),
+                              'replay_group_id', r.replay_group_id)
+    FROM runs r
+    JOIN runner.attempts a ON a.run_id = r.id
+    WHERE a.started_at < r.schedule_slot
+
+    UNION ALL
+    SELECT 'plan_completed_not_done', r.job_name, r.schedule_slot, r.partition_key, r.id, NULL,
+           jsonb_build_object('backfill_id', b.id, 'plan_finished_at', b.finished_at,
+                              'run_status', r.status, 'run_replay_group_id', r.replay_group_id,
+                              'own_run', r.replay_group_id = b.replay_group_id,
+                              'expected_runs', b.expected_runs)
+    FROM runner.backfills b
+    JOIN runner.backfills o
+      ON o.job_name = b.job_name AND o.range_from < b.range_to AND b.range_from < o.range_to
+    JOIN runs r ON r.replay_group_id = o.replay_group_id
+    WHERE b.status = 'completed'
+      AND r.job_name = b.job_name
+      AND r.schedule_slot >= b.range_from AND r.schedule_slot < b.range_to
+      AND (b.partitions IS NULL OR r.partition_key = ANY(b.partitions))
+      AND r.status NOT IN ('succeeded', 'skipped', 'coalesced')
+      AND r.updated_at <= b.finished_at
+
+    UNION ALL
+    SELECT 'cover_not_covered', r.job_name, r.schedule_slot, r.partition_key, r.id, NULL,
+           jsonb_build_object('coalesced_into_slot', r.coalesced_into_slot, 'cover_run_id', t.id,
+                              'cover_status', t.status)
+    FROM runs r
+    JOIN runner.job_runs t
+      ON t.job_name = r.job_name AND t.schedule_slot = r.coalesced_into_slot
+     AND t.partition_key = r.partition_key
+    WHERE r.status = 'coalesced'
+      AND t.status IN ('dead', 'awaiting_approval')
+      AND NOT EXISTS (SELECT 1 FROM listed m WHERE m.run_id = r.id)
 
     UNION ALL
     SELECT 'stranded_run', r.job_name, r.schedule_slot, r.partition_key, r.id, NULL,

@@ -6,7 +6,11 @@
 -- knows its schedule and partitions callable) and passes them as arrays; the function checks
 -- what the database can: every array of the same length and not empty, every slot in
 -- [range_from, range_to), every partition among `partitions` when the plan names them, and
--- the plan's options (the table's constraints). A plan always starts `running`, with one
+-- the plan's options (the table's constraints). Only slots that are due: a slot after the
+-- clock (now, or as_of) is refused, so no plan ever holds a slot whose instant has not come,
+-- and a range_to after the clock is stored as the clock (+1 microsecond: a slot exactly at
+-- it is due). The CLI and the web clamp --to to the database's now before they call this,
+-- saying so (issue 26, defect 1). A plan always starts `running`, with one
 -- token, expected_runs counted here, and requested_by = who: a caller cannot create a plan
 -- in any other state. The pause condition (pause_when) is stored as given: the CLI checks it
 -- before (it must return one boolean), and it is evaluated later only by the runners' pause
@@ -21,7 +25,12 @@
 --
 -- Returns the plan's id, the request's id, how many runs were inserted, and the runs queued
 -- again (a JSON array of {id, schedule_slot, partition_key, before_status, before_trigger,
--- before_attempt, before_fence, before_uncounted_attempts, before_last_error}). Like every
+-- before_attempt, before_fence, before_uncounted_attempts, before_last_error, and what the
+-- requeue overwrote: before_replay_group_id, before_lane, before_finished_at,
+-- before_status_reason, before_coalesced_into_slot, before_processed_count,
+-- before_failed_count}); the request row keeps them under each run's `before`, so that
+-- cancelling the plan before a run starts restores a run it displaced (runner.cancel_backfill_v1).
+-- Like every
 -- operator action (see runner.rerun_v1): SECURITY DEFINER with a fixed search_path, db_user
 -- = session_user, refusals raised as P0001, EXECUTE for the operator role only.
 CREATE OR REPLACE FUNCTION runner.create_backfill_v1(
@@ -60,6 +69,12 @@ BEGIN
     IF range_from IS NULL OR range_to IS NULL OR NOT range_from < range_to THEN
         RAISE EXCEPTION 'the range must be [from, to) with from before to; nothing written';
     END IF;
+    IF EXISTS (SELECT 1 FROM unnest(slots) AS t(s) WHERE s > clock) THEN
+        RAISE EXCEPTION 'the range reaches past now: slot % is not due yet (now is %); a backfill runs only slots that are due; nothing written',
+            (SELECT min(s) FROM unnest(slots) AS t(s) WHERE s > clock), clock;
+    END IF;
+    -- the plan's range ends at now at the latest (its runs of a range are judged over it)
+    range_to := least(range_to, clock + interval '1 microsecond');
     IF EXISTS (SELECT 1 FROM unnest(slots, partition_keys, business_dates, window_starts, window_ends,
                                     idempotency_keys) AS t(s, p, d, ws, we, k)
                WHERE s IS NULL OR p IS NULL OR d IS NULL OR ws IS NULL OR we IS NULL OR k IS NULL
@@ -85,7 +100,9 @@ BEGIN
         SELECT DISTINCT t.schedule_slot, t.partition_key
         FROM unnest(slots, partition_keys) AS t(schedule_slot, partition_key)
     ), target AS (
-        SELECT r.id, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.last_error
+        SELECT r.id, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.last_error,
+               r.replay_group_id, r.lane, r.finished_at, r.status_reason, r.coalesced_into_slot,
+               r.processed_count, r.failed_count
         FROM input i
         JOIN runner.job_runs r
           ON r.job_name = plan.job_name AND r.schedule_slot = i.schedule_slot
@@ -115,7 +132,11 @@ BEGIN
         WHERE r.id = t.id AND r.status = t.status
         RETURNING r.id, r.schedule_slot, r.partition_key, t.status AS before_status,
                   t.trigger AS before_trigger, t.attempt AS before_attempt, t.fence AS before_fence,
-                  t.uncounted_attempts AS before_uncounted_attempts, t.last_error AS before_last_error
+                  t.uncounted_attempts AS before_uncounted_attempts, t.last_error AS before_last_error,
+                  t.replay_group_id AS before_replay_group_id, t.lane AS before_lane,
+                  t.finished_at AS before_finished_at, t.status_reason AS before_status_reason,
+                  t.coalesced_into_slot AS before_coalesced_into_slot,
+                  t.processed_count AS before_processed_count, t.failed_count AS before_failed_count
     )
     SELECT coalesce(jsonb_agg(to_jsonb(c) ORDER BY c.id), '[]') INTO queued FROM changed c;
 
@@ -152,7 +173,13 @@ BEGIN
                 'before', jsonb_build_object(
                     'status', x.v -> 'before_status', 'trigger', x.v -> 'before_trigger',
                     'attempt', x.v -> 'before_attempt', 'fence', x.v -> 'before_fence',
-                    'uncounted_attempts', x.v -> 'before_uncounted_attempts'),
+                    'uncounted_attempts', x.v -> 'before_uncounted_attempts',
+                    'replay_group_id', x.v -> 'before_replay_group_id', 'lane', x.v -> 'before_lane',
+                    'finished_at', x.v -> 'before_finished_at',
+                    'status_reason', x.v -> 'before_status_reason',
+                    'coalesced_into_slot', x.v -> 'before_coalesced_into_slot',
+                    'processed_count', x.v -> 'before_processed_count',
+                    'failed_count', x.v -> 'before_failed_count'),
                 'after', jsonb_build_object('status', 'pending', 'trigger', 'backfill'))
                 ORDER BY x.n), '[]')
             FROM jsonb_array_elements(queued) WITH ORDINALITY AS x(v, n)),

@@ -14,7 +14,9 @@
 --     get its advisory lock now (the owner's session is gone; a row locked by someone else,
 --     e.g. a completer recording its outcome, is skipped this time). Trigger becomes
 --     recovery; the previous attempt is closed as abandoned.
--- Then max_attempts applies, whatever the kind of attempt: a run whose counted attempts
+-- A new attempt (recovery = false) of a run whose slot is after the clock (as_of, else the
+-- database's now) is not started: no attempt ever starts before its slot's instant (issue
+-- 26; runner check reports started_before_slot). Then max_attempts applies, whatever the kind of attempt: a run whose counted attempts
 -- (attempt - uncounted_attempts: attempts released at shutdown and those before a manual
 -- rerun do not count) already reach its job's max_attempts goes dead with the reason,
 -- instead of starting another attempt. Otherwise: running, attempt + 1, fence + 1, an
@@ -51,8 +53,11 @@ WITH clock AS (
     SELECT r.id, r.fence
     FROM runner.job_runs r
     JOIN input i ON i.id = r.id
+    CROSS JOIN clock c
     WHERE (i.fence IS NULL OR r.fence = i.fence)
       AND CASE WHEN recovery THEN r.status = 'running' ELSE r.status IN ('pending', 'failed') END
+      -- never before the slot's instant (a run queued for a slot not yet due waits for it)
+      AND (recovery OR r.schedule_slot <= c.now)
     ORDER BY r.id
     FOR UPDATE OF r SKIP LOCKED
 ), mine AS MATERIALIZED (

@@ -131,6 +131,13 @@ SET status = 'completed',
 WHERE id = %(plan_id)s AND status = 'running'
 RETURNING id, status, finished_at, verify_status
 
+-- name: plan_range
+-- What a plan whose own runs are all finished still owes its range (runner.plan_range_v1,
+-- sql/functions/plan_range_v1.sql): runs of another live plan to wait for, runs of an
+-- earlier plan that is over it adopts, and the runs of its range not done.
+SELECT f.foreign_unfinished, f.adopted, f.not_done, f.not_done_by_status
+FROM runner.plan_range_v1(%(plan_id)s, %(now)s::timestamptz) AS f
+
 -- name: claim_plan_runs
 -- The lane's claim for one plan: its queued runs (pending, or failed and due for a retry),
 -- oldest slot first, start their next attempt through runner.start_attempts_v1 (the one way
@@ -138,7 +145,8 @@ RETURNING id, status, finished_at, verify_status
 -- pays for the attempts started. Within the plan's lane's fleet budget too (revision
 -- 0011_lanes: runner.lane_budget_v1 under the lane row's lock, paid by runner.lane_spend_v1),
 -- so plans and processes of one lane together keep to its concurrency and rate; a lane
--- unknown to runner.lanes starts nothing.
+-- unknown to runner.lanes starts nothing. A run whose slot is after the database's now is
+-- not started (issue 26, defect 1: a plan never runs a slot before its instant).
 WITH budget AS MATERIALIZED (
     SELECT b.room, b.tokens, b.at
     FROM runner.lane_budget_v1(ARRAY[%(lane)s]::text[], %(now)s::timestamptz) AS b
@@ -149,6 +157,8 @@ WITH budget AS MATERIALIZED (
       AND r.status IN ('pending', 'failed')
       AND coalesce(r.next_attempt_at, coalesce(%(now)s::timestamptz, now()))
           <= coalesce(%(now)s::timestamptz, now())
+      -- never a slot whose instant has not come (runner.start_attempts_v1 refuses it too)
+      AND r.schedule_slot <= coalesce(%(now)s::timestamptz, now())
     ORDER BY r.schedule_slot, r.partition_key
     LIMIT coalesce((SELECT least(%(limit)s::int, coalesce(b.room, %(limit)s::int),
                                  coalesce(floor(b.tokens + 1e-9)::int, %(limit)s::int))

@@ -19,6 +19,15 @@
 -- A slot whose fan-out failed (a user callable raised, returned too many or unstorable keys;
 -- the error is in runner.slot_fanouts) shows with state fanout_failed and the error.
 --
+-- Slots coalesced into a run that did not cover them. A coalesced run accounts for its slot
+-- only through its covering run: while that run is dead or awaiting approval, the coalesced
+-- run is listed too, with the cover's state and a status_reason naming it (run_id is the
+-- coalesced run's; rerunning the cover, or the coalesced run itself, covers the slot).
+--
+-- Runs before the tracked range. A run that does not account for its slot is listed even
+-- when its slot precedes track_from (a backfill of the history before the job was
+-- registered, whose run failed or died): only expected slots are bounded by track_from.
+--
 -- Accounted for. A slot x partition is accounted for by a run in status succeeded, skipped
 -- (with its reason), coalesced (pointing to the run that covered it) or cancelled (an
 -- operator's explicit, audited decision). The view lists every expected slot x partition
@@ -207,8 +216,29 @@ LEFT JOIN LATERAL (SELECT x.heartbeat_at FROM runner.attempts x
                    WHERE r.status = 'running' AND x.run_id = r.id AND x.fence = r.fence
                    OFFSET 0) a ON true
 WHERE r.status IN ('pending', 'running', 'failed', 'dead', 'awaiting_approval')
-  AND r.schedule_slot >= j.first_slot
+  -- wherever the slot is since `since`, also before track_from: a backfill of history before
+  -- the job was registered leaves runs there, and a failed or dead one still needs a decision
+  -- (issue 26); nothing expected is expanded there
+  AND r.schedule_slot >= coalesce(since, timestamptz '-infinity')
   AND r.schedule_slot <= as_of
+UNION ALL
+-- coalesced runs whose covering run is dead or awaiting approval: their slots are not covered
+-- until it succeeds (issue 26). Listed with the cover's state, the coalesced run's id, and a
+-- reason naming the cover; from the covers (the partial index job_runs_unaccounted) to the
+-- runs coalesced into them (job_runs_coalesced_into, revision 0026_plans).
+SELECT c.job_name, c.schedule_slot, timezone(j.job_zone, c.schedule_slot), c.partition_key,
+       r.status, c.id, c.attempt, NULL::timestamptz, NULL::timestamptz, r.last_error,
+       format('coalesced into the run of %s (run %s), which is %s: covered once it succeeds',
+              r.schedule_slot, r.id, r.status),
+       as_of - c.schedule_slot, j.paused
+FROM jobs j
+JOIN runner.job_runs r ON r.job_name = j.job_name
+JOIN runner.job_runs c
+  ON c.job_name = r.job_name AND c.coalesced_into_slot = r.schedule_slot
+ AND c.partition_key = r.partition_key AND c.status = 'coalesced'
+WHERE r.status IN ('dead', 'awaiting_approval')
+  AND c.schedule_slot >= coalesce(since, timestamptz '-infinity')
+  AND c.schedule_slot <= as_of
 $$;
 
 CREATE OR REPLACE VIEW runner.missing_slots AS

@@ -408,6 +408,36 @@ def test_a_backfill_with_the_app_shows_its_dry_run_then_creates_the_plan(ledger:
     assert (row["action"], row["who"], row["reason"]) == ("backfill", "web:operator", "replay the morning")
 
 
+def test_a_backfill_reaching_past_now_is_clamped_in_the_web_too(ledger: Ledger) -> None:
+    """Issue 26, defect 1, through the web action: the dry run and the plan end at now, and
+    the preview says so in one line."""
+    from datetime import timedelta
+
+    from runner.app import Runner
+
+    app = Runner()
+
+    @app.job("webtick", every="1m")
+    def handler(ctx: Any) -> None:
+        pass
+
+    now = scalar(ledger.admin, "SELECT now()")
+    body = {"job": "webtick", "from": (now - timedelta(minutes=5)).isoformat(),
+            "to": (now + timedelta(hours=1)).isoformat(), "reason": "the last minutes"}
+    with console(ledger.operator, app=app) as client:
+        dry = client.post("/api/backfills", headers=OP, json={**body, "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        impact = dry.json()["impact"]
+        assert impact["expected_runs"] in (5, 6)
+        assert "is after now: the range is clamped" in impact["clamped"]
+        made = client.post("/api/backfills", headers=OP, json=body)
+        assert made.status_code == 200, made.text
+    after = scalar(ledger.admin, "SELECT now()")
+    assert datetime.fromisoformat(str(made.json()["backfill"]["range_to"])) <= after
+    assert scalar(ledger.admin, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'webtick'"
+                                " AND schedule_slot > %s", (after,)) == 0
+
+
 # -- the job grid and the gaps filter --------------------------------------------------------------
 
 
