@@ -5,16 +5,23 @@ refusing connections), restarts, ``kill -9``, pauses and resumes through the CLI
 partition and misfire-policy changes (a restart with a rewritten control file), dynamic
 partition changes and handler behaviour changes (read live: failures, ``Permanent``, slow
 handlers, one-shot crashes that kill the process), and lost lock sessions
-(``pg_terminate_backend``).
+(``pg_terminate_backend``); and the operator's actions through the CLI: backfills (with
+``--force``, overlapping one another, reaching past now, then paused, resumed or cancelled),
+reruns, approvals and skips, pauses, retirement and unretirement of a job removed from the
+code and put back, retention (``runner prune`` with an archive table, the job's retention
+shortened for that pass) and lane limits.
 
 After every step the test waits until the runners have settled (a condition on the ledger:
 every runner up and registered on a live lock session, no running attempt without its lock
 holder), then ``runner check --json`` must report no violation, and the model's own checks
 hold: no attempt recorded succeeded whose handler did not return, no handler run twice for
-one attempt (fence) or without an attempt row, no new attempt of a paused job. At the end of each example it also checks, from the schedule history the model applied,
+one attempt (fence) or without an attempt row, no new attempt of a paused job, no handler
+started before its slot's instant, no effect key sent twice (each run sends one, with a
+truthful check, so a second send is the ledger forgetting a confirmed key). At the end of each example it also checks, from the schedule history the model applied,
 that every expected slot x partition is accounted for (succeeded, skipped, coalesced, dead,
-awaiting_approval or cancelled) or listed in ``runner.missing_slots``, and that no run exists
-for a slot the schedule history does not expect.
+awaiting_approval or cancelled; or pruned, as the archive table says) or listed in
+``runner.missing_slots``, outside the job's retired spans, and that no run of the live schedule
+exists for a slot the schedule history does not expect.
 
 Tiers (``RUNNER_MODEL_TIER``): ``ci`` (default: a fixed seed, a couple of examples, about two
 minutes) and ``long`` (``RUNNER_MODEL_EXAMPLES`` x ``RUNNER_MODEL_STEPS``, 40 x 30 by
@@ -107,6 +114,20 @@ HAVING count(*) > 1
     OR NOT EXISTS (SELECT 1 FROM runner.job_runs r JOIN runner.attempts a ON a.run_id = r.id
                    WHERE r.job_name = e.job_name AND r.schedule_slot = e.schedule_slot
                      AND r.partition_key = e.partition_key AND a.fence = e.fence)"""
+
+BEFORE_SLOT = """
+SELECT e.job_name, e.schedule_slot, e.partition_key, e.fence, e.at
+FROM model.executions e
+WHERE e.phase = 'began' AND e.at < e.schedule_slot"""
+
+SENT_TWICE = """
+SELECT e.mode AS effect_key, count(*) AS sends
+FROM model.executions e
+WHERE e.phase = 'sent'
+GROUP BY e.mode
+HAVING count(*) > 1"""
+
+ARCHIVE = "model.pruned"
 
 STARTED_WHILE_PAUSED = """
 SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, a.fence, a.trigger, a.started_at
@@ -239,6 +260,7 @@ class LoopModel(RuleBasedStateMachine):
         self.log: list[str] = []
         self.paused: dict[str, datetime] = {}  # job -> when the pause was written
         self.pauses: list[tuple[str, datetime, datetime | None]] = []
+        self.retirements: list[tuple[str, datetime, datetime]] = []  # job, retire asked, unretire done
         self.failed = False
         self.runners = Runners(self.url, self.dir, self.control_path)
         self.history: dict[str, list[tuple[int, list[str] | None]]] = {
@@ -481,6 +503,83 @@ class LoopModel(RuleBasedStateMachine):
         self.control["behaviour"][job]["crashes"] += n
         self._write_control()
 
+    # -- operator actions ------------------------------------------------------------
+
+    def _operator(self, what: str, *args: str, app: bool = False) -> Any:
+        """One CLI action: exit 0, or 1 with one line (a refusal); anything else fails. With
+        ``app``, the command reads the jobs' code (--app, as of the control file)."""
+        if app:
+            done = run_cli(*args, "--app", APP, url=self.url, env=self.runners.env)
+        else:
+            done = run_cli(*args, url=self.url)
+        self._note(f"{what}: exit {done.returncode} {done.stdout.strip()[-100:]} {done.stderr.strip()[-160:]}")
+        if done.returncode not in (0, 1) or (done.returncode == 1 and len(done.stderr.strip().splitlines()) != 1):
+            self._fail(f"{what} failed", done.stdout + done.stderr)
+        return done
+
+    @rule(job=st.sampled_from(JOBS), back=st.sampled_from([4, 12, 30]), ahead=st.sampled_from([0, 0, 8]),
+          force=st.booleans(), then=st.sampled_from(["run", "run", "pause", "pause_resume", "cancel"]))
+    def backfill(self, job: str, back: int, ahead: int, force: bool, then: str) -> None:
+        """An operator backfills a range of the job (some reach past now: refused or clamped,
+        never run early), then maybe pauses, resumes or cancels the plan at once."""
+        now = self._db_now()
+        start, end = now - timedelta(seconds=back), now + timedelta(seconds=ahead)
+        done = self._operator(f"backfill {job} [-{back}s, +{ahead}s){' --force' if force else ''}",
+                              "backfill", "create", job, "--from", start.isoformat(), "--to", end.isoformat(),
+                              "--reason", "model backfill", "--yes", "--json", *(["--force"] if force else []),
+                              app=True)
+        if done.returncode != 0 or then == "run":
+            return
+        plan = str(json.loads(done.stdout)["backfill"]["id"])
+        for action in {"pause": ["pause"], "pause_resume": ["pause", "resume"], "cancel": ["cancel"]}[then]:
+            self._operator(f"backfill {action} {plan}", "backfill", action, plan, "--reason", f"model {action}",
+                           "--yes")
+
+    @precondition(lambda self: scalar(self.url, "SELECT count(*) FROM runner.backfills") > 0)
+    @rule(pick=st.integers(0, 10**6), action=st.sampled_from(["pause", "resume", "cancel"]))
+    def backfill_action(self, pick: int, action: str) -> None:
+        """An operator pauses, resumes or cancels one of the plans (any state: refusals are one line)."""
+        plans = [r[0] for r in rows(self.url, "SELECT id FROM runner.backfills ORDER BY id")]
+        plan = str(plans[pick % len(plans)])
+        self._operator(f"backfill {action} {plan}", "backfill", action, plan, "--reason", f"model {action}", "--yes")
+
+    @rule(job=st.sampled_from(JOBS), seconds=st.sampled_from([1.0, 3.0]))
+    def retire_and_unretire(self, job: str, seconds: float) -> None:
+        """The job is removed from the code (every runner restarted without it) and retired;
+        some time later it is unretired and put back (restarted with it). The slots between
+        are never expected, and no misfire decision, run or alert is made for them."""
+        self.control["jobs"][job]["absent"] = True
+        self._write_control()
+        self._restart_all()
+        before = self._db_now()
+        self._operator(f"retire {job}", "retire", job, "--reason", "model retire", "--yes")
+        time.sleep(seconds)  # the job stays retired this long
+        self._operator(f"unretire {job}", "unretire", job, "--reason", "model unretire", "--yes")
+        after = self._db_now()
+        self.retirements.append((job, before, after))
+        self.control["jobs"][job]["absent"] = False
+        self._write_control()
+        self._restart_all()
+
+    @rule()
+    def prune(self) -> None:
+        """Retention: every job's retention shortened to seconds for one `runner prune` pass
+        (the stored policy it reads; at least an hour in code), every pruned run archived in
+        model.pruned; the policy put back at once."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("UPDATE runner.jobs SET options = jsonb_set(options, '{retention}',"
+                         " '{\"succeeded_seconds\": 2, \"failed_seconds\": 4}')")
+            try:
+                self._operator("prune (retention 2 s / 4 s)", "prune", "--archive-table", ARCHIVE, "--json")
+            finally:
+                conn.execute("UPDATE runner.jobs SET options = options - 'retention'")
+
+    @rule(lane=st.sampled_from(["realtime", "correction", "bulk"]), concurrency=st.sampled_from(["1", "2", "none"]),
+          rate=st.sampled_from(["none", "2", "20"]))
+    def lane_limits(self, lane: str, concurrency: str, rate: str) -> None:
+        self._operator(f"lane {lane}: concurrency {concurrency}, rate {rate}", "lane", "set", lane,
+                       "--concurrency", concurrency, "--rate", rate, "--reason", "model lanes")
+
     # -- after every step ---------------------------------------------------------------
 
     def _settled(self) -> bool:
@@ -515,6 +614,12 @@ class LoopModel(RuleBasedStateMachine):
         doubled = rows(self.url, EXECUTIONS_WITHOUT_ATTEMPT)
         if doubled:
             self._fail("a handler ran twice for one attempt, or without an attempt row", repr(doubled))
+        early = rows(self.url, BEFORE_SLOT)
+        if early:
+            self._fail("a handler started before its slot's instant", repr(early[:10]))
+        twice = rows(self.url, SENT_TWICE)
+        if twice:
+            self._fail("an effect key was sent twice", repr(twice[:10]))
         for job, since in self.paused.items():
             started = rows(self.url, STARTED_WHILE_PAUSED, (job, since, None, None))
             if started:
@@ -561,12 +666,31 @@ class LoopModel(RuleBasedStateMachine):
             (as_of,))}
         runs = {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows(
             self.url, "SELECT job_name, schedule_slot, partition_key, status, trigger FROM runner.job_runs")}
+        if scalar(self.url, "SELECT to_regclass(%s) IS NOT NULL", (ARCHIVE,)):
+            for job, slot, key, status, trigger in rows(
+                    self.url, f"SELECT job_name, schedule_slot, run ->> 'partition_key', status, run ->> 'trigger'"
+                              f" FROM {ARCHIVE}"):
+                runs.setdefault((job, slot, key), (status, trigger))
         fanouts = {(r[0], r[1]): r[2] for r in rows(
             self.url, "SELECT job_name, schedule_slot, partitions FROM runner.slot_fanouts WHERE error IS NULL")}
         slots_with_runs = {(job, slot) for job, slot, _ in runs}
-        dynamic_jobs = {r[0] for r in rows(self.url, "SELECT job_name FROM runner.jobs WHERE dynamic_partitions")}
         problems: list[str] = []
+        dynamic_jobs = {r[0] for r in rows(self.url, "SELECT job_name FROM runner.jobs WHERE dynamic_partitions")}
         expected_keys: set[tuple[str, datetime, str]] = set()
+        spans: dict[str, list[tuple[datetime, datetime]]] = {}
+        for job, before, after in self.retirements:
+            recorded = rows(self.url, "SELECT retired_from, retired_until FROM runner.job_retirements"
+                                      " WHERE job_name = %s AND retired_from >= %s AND retired_until <= %s",
+                            (job, before, after))
+            if len(recorded) != 1:
+                problems.append(f"{job}: retired between {before} and {after}, the ledger records {recorded}")
+        for job in JOBS:
+            spans[job] = rows(self.url, "SELECT greatest(lo, '2000-01-01'), least(hi, '2100-01-01')"
+                                     " FROM runner.tracked_spans_v1(%s)", (job,))
+
+        def tracked(job: str, slot: datetime) -> bool:
+            return any(lo < slot <= hi for lo, hi in spans[job])
+
         for job in JOBS:
             track_from = scalar(self.url, "SELECT track_from FROM runner.jobs WHERE job_name = %s", (job,))
             history = rows(self.url, "SELECT valid_from, every_interval, partitions, dynamic_partitions"
@@ -581,7 +705,7 @@ class LoopModel(RuleBasedStateMachine):
                 first = -(-int(lo.timestamp() * 1_000_000) // (step * 1_000_000)) * step
                 slot = datetime.fromtimestamp(first, UTC)
                 while slot < hi:
-                    if slot >= lo:
+                    if slot >= lo and tracked(job, slot):
                         if dynamic:
                             keys = fanouts.get((job, slot))
                             if keys is None:

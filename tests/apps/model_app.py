@@ -4,6 +4,8 @@ processes. One app file serves every step: it reads a small JSON control file
 
 * when the process starts (so a restart applies it): each job's schedule (``every``), its
   static partitions and its misfire policy;
+* when the process starts, too: which jobs its code defines (a job with ``"absent": true`` is
+  not defined: it was removed from the code, for a retirement);
 * live, at every call: the dynamic job's partition list (``partitions=`` is a callable of the
   slot; ``"raise"`` makes it fail), and each job's handler behaviour (``ok``, ``raise``, ``permanent``, ``slow`` with
   its seconds), plus a number of one-shot crashes (``os._exit``: the handler kills its process,
@@ -11,7 +13,13 @@ processes. One app file serves every step: it reads a small JSON control file
 
 Every execution is noted in ``model.executions`` (autocommit, outside the ledger): ``began``
 before the work and ``returned`` just before a normal return, so the test can check that no
-attempt is recorded succeeded for work that did not return.
+attempt is recorded succeeded for work that did not return. Each run sends one side effect
+through the effect log (``ctx.effect``, key ``<idempotency key>:model``) before its work; the
+send is noted as phase ``sent`` (its key in ``mode``), and the effect's check reads those notes
+(truthful), so the test can check that no key is ever sent twice.
+
+A second code version is the same file run with another control file (``MODEL_CONTROL`` of
+that process): the test writes the behaviour into both.
 """
 
 from __future__ import annotations
@@ -62,6 +70,19 @@ def note(job: str, ctx: JobContext, phase: str, mode: str) -> None:
                      (job, ctx.slot, ctx.partition, ctx.fence, ctx.attempt, os.getpid(), phase, mode))
 
 
+def sent(key: str) -> None:
+    with outside().connection() as conn:
+        conn.execute("INSERT INTO model.executions (job_name, schedule_slot, partition_key, fence, attempt, pid,"
+                     " phase, mode) VALUES ('', now(), '', 0, 0, %s, 'sent', %s)", (os.getpid(), key))
+
+
+def was_sent(key: str) -> bool:
+    with outside().connection() as conn:
+        row = conn.execute("SELECT count(*) FROM model.executions WHERE phase = 'sent' AND mode = %s",
+                           (key,)).fetchone()
+        return bool(row and row[0])
+
+
 def take_crash(job: str, crashes: int) -> bool:
     """One of the job's one-shot crashes, if any is left (a marker file per crash: exactly one
     handler, in any process, takes each)."""
@@ -86,6 +107,8 @@ def work(job: str, ctx: JobContext) -> None:
         raise RuntimeError("model bookkeeping unavailable") from None
     if crash:
         os._exit(3)
+    key = f"{ctx.idempotency_key}:model"
+    ctx.effect(key, lambda: sent(key), check=was_sent)
     if mode == "raise":
         raise RuntimeError("model: handler failure")
     if mode == "permanent":
@@ -114,9 +137,12 @@ COMMON: dict[str, Any] = {"lease": "3s", "grace": "2s", "max_attempts": 3,
 
 app = Runner()
 
-app.job("m-static", every=_jobs["m-static"]["every"], partitions=_jobs["m-static"]["partitions"],
-        misfire=_jobs["m-static"]["misfire"], **COMMON)(functools.partial(work, "m-static"))
-app.job("m-dynamic", every=_jobs["m-dynamic"]["every"], partitions=dynamic_partitions,
-        misfire=_jobs["m-dynamic"]["misfire"], **COMMON)(functools.partial(work, "m-dynamic"))
-app.job("m-single", every=_jobs["m-single"]["every"], overlap=_jobs["m-single"]["overlap"],
-        misfire=_jobs["m-single"]["misfire"], timeout="3s", **COMMON)(functools.partial(work, "m-single"))
+if not _jobs["m-static"].get("absent"):
+    app.job("m-static", every=_jobs["m-static"]["every"], partitions=_jobs["m-static"]["partitions"],
+            misfire=_jobs["m-static"]["misfire"], **COMMON)(functools.partial(work, "m-static"))
+if not _jobs["m-dynamic"].get("absent"):
+    app.job("m-dynamic", every=_jobs["m-dynamic"]["every"], partitions=dynamic_partitions,
+            misfire=_jobs["m-dynamic"]["misfire"], **COMMON)(functools.partial(work, "m-dynamic"))
+if not _jobs["m-single"].get("absent"):
+    app.job("m-single", every=_jobs["m-single"]["every"], overlap=_jobs["m-single"]["overlap"],
+            misfire=_jobs["m-single"]["misfire"], timeout="3s", **COMMON)(functools.partial(work, "m-single"))
