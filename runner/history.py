@@ -62,7 +62,7 @@ from typing import Any
 import psycopg
 
 from runner import ledger
-from runner.app import JobDef
+from runner.jobs import JobDef
 from runner.events import event
 from runner.ledger import Definition, Owner
 
