@@ -62,8 +62,8 @@ from typing import Any
 import psycopg
 
 from runner import ledger
-from runner.jobs import JobDef
 from runner.events import event
+from runner.jobs import JobDef
 from runner.ledger import Definition, Owner
 
 log = logging.getLogger("runner.history")
