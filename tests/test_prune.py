@@ -511,3 +511,27 @@ def test_runner_prune_as_the_operator_role(db_url: str, db_roles: Any) -> None:
     out = cli("prune", "--json", url=db_roles.url(db_url, "operator"))
     assert out.returncode == 0, out.stderr
     assert 0 < json.loads(out.stdout)["runs"] == len(total) - len(rows(db_url, "SELECT 1 FROM runner.job_runs"))
+
+
+def test_runs_coalesced_into_a_cover_that_is_not_covered_are_kept(tx: psycopg.Connection[Any]) -> None:
+    """A coalesced run accounts for its slot only through its cover (runner.run_covered_v1):
+    while the cover is dead, the runs coalesced into it are listed by the gap scan, and
+    retention must keep them, else their slots vanish from the scan below the pruned mark."""
+    s = seed(tx)
+    cover = s["now"] - 6 * D
+    coalesced = [cover - k * H for k in (1, 2, 3)]
+    tx.execute("UPDATE runner.job_runs SET status = 'dead', last_error = 'boom' WHERE job_name = 'j'"
+               " AND schedule_slot = %s", (cover,))
+    tx.execute("UPDATE runner.job_runs SET status = 'coalesced', coalesced_into_slot = %s,"
+               " status_reason = 'coalesced by catch_up' WHERE job_name = 'j' AND schedule_slot = ANY(%s)",
+               (cover, coalesced))
+    listed = {(g[1], g[3]) for g in gaps(tx)}
+    assert {(t, "dead") for t in coalesced} | {(cover, "dead")} <= listed
+    gone = {r[2] for r in prune(tx)}
+    assert gone and not gone & set(coalesced)
+    assert {(g[1], g[3]) for g in gaps(tx)} == listed
+    # once the cover succeeds, they may go like any covered run
+    tx.execute("UPDATE runner.job_runs SET status = 'succeeded', last_error = NULL WHERE job_name = 'j'"
+               " AND schedule_slot = %s", (cover,))
+    tx.execute("SELECT runner.advance_watermarks_v1(%s)", (s["wm"],))
+    assert set(coalesced) <= {r[2] for r in prune(tx)}
