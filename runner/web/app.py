@@ -21,8 +21,12 @@ redacted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socket
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -63,6 +67,7 @@ SECURITY_HEADERS = {
     "permissions-policy": "camera=(), microphone=(), geolocation=()",
 }
 MAX_BODY = 64 * 1024
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class WebConfig:
     login_failures_per_client: int = 10
     login_failures_global: int = 100
     login_window_seconds: float = 300.0
+    # the names this console answers to (RequestGuard); ``runner web`` adds its listen address
+    # and --allowed-host
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
 
 
 class SecurityHeaders:
@@ -101,6 +109,84 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def host_name(value: str) -> str:
+    """The name of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowercase,
+    without its port, brackets or a trailing dot."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        value = value[1:value.find("]")] if "]" in value else value[1:]
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+
+class RequestGuard:
+    """What every request passes before any route, authentication included:
+
+    * its ``Host`` names this console (one of ``allowed_hosts``), else 421: a page of another
+      site whose name resolves to this console's address (DNS rebinding) is refused before it
+      is read or acted on, whatever its ``Origin``;
+    * its body is at most ``limit`` bytes, else 413 and the connection closed: a declared
+      ``Content-Length`` over the limit is refused before a byte of the body is read, a
+      chunked body is counted as it arrives and refused once the count passes the limit (at
+      most ``limit`` plus one chunk is ever held). The body of an accepted request is then
+      handed to the route from memory."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...], limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(h) for h in allowed_hosts)
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        hosts = [v.decode("latin-1") for k, v in scope["headers"] if k == b"host"]
+        if len(hosts) != 1 or host_name(hosts[0]) not in self.allowed:
+            log.warning("request refused: Host %r is not one of this console's names (--allowed-host)",
+                        hosts[0][:100] if hosts else None)
+            await _refuse(scope, send, 421, "this console does not answer to that Host (see --allowed-host)")
+            return
+        lengths = [v for k, v in scope["headers"] if k == b"content-length"]
+        if lengths:
+            if len(lengths) > 1 or not lengths[0].isdigit():
+                await _refuse(scope, send, 400, "bad Content-Length")
+                return
+            if int(lengths[0]) > self.limit:
+                await _refuse(scope, send, 413, f"the body is over {self.limit // 1024} KiB")
+                return
+        held: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was read: nothing to answer
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await _refuse(scope, send, 413, f"the body is over {self.limit // 1024} KiB")
+                return
+            held.append(message)
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+    """An answer given before any route (RequestGuard), closing the connection (the rest of a
+    body is never read)."""
+    api = str(scope.get("path", "")).startswith("/api/")
+    body = (json.dumps({"error": message}) if api else message + "\n").encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json" if api else b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def jsonable(value: Any) -> Any:
@@ -201,7 +287,7 @@ class Console:
     def user(self, request: Request, api: bool) -> User | None:
         creds = self.creds
         if creds.proxy_header is not None:
-            found = creds.by_proxy(request.headers.get(creds.proxy_header))
+            found = creds.by_proxy(request.headers.getlist(creds.proxy_header))
             if found is not None:
                 return found
         header = request.headers.get("authorization", "")
@@ -558,7 +644,8 @@ def create_app(config: WebConfig) -> Starlette:
 
     web = Starlette(routes=routes, lifespan=console.lifespan, exception_handlers={auth.Throttled: throttled})
     web.state.console = console
-    web.add_middleware(SecurityHeaders)
+    web.add_middleware(RequestGuard, allowed_hosts=config.allowed_hosts)
+    web.add_middleware(SecurityHeaders)  # the outermost: its headers go on the guard's answers too
     return web
 
 
@@ -601,7 +688,59 @@ def prepare(database_url: str, read_database_url: str | None, credentials: auth.
                      credentials=credentials, app=app, privilege_warning=warning)
 
 
-def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> bool:
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(host: str | None, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The Host names a console answers to: the loopback names, the address it listens on
+    (``host``; None for a Unix socket; not a wildcard address, which names no host) and the
+    names given (``--allowed-host``, each a name or an address, with or without a port)."""
+    names = list(LOOPBACK_NAMES)
+    if host is not None and host not in WILDCARDS:
+        names.append(host)
+    for name in extra:
+        if not host_name(name) or any(c in name for c in "/ \t@"):
+            raise auth.AuthConfigError(f"--allowed-host must be a host name or address, got {name!r}")
+        names.append(name)
+    return tuple(dict.fromkeys(host_name(n) for n in names))
+
+
+def unix_listener(path: str, mode: int) -> socket.socket:
+    """A listening Unix socket at ``path`` with ``mode`` (0600 or 0660; made so under a
+    umask, never more open even for a moment). A socket file left at ``path`` by a console
+    that is gone is replaced; anything else there (a live console, a file, a link) is refused
+    (auth.AuthConfigError)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None:
+        if not stat.S_ISSOCK(found.st_mode):
+            raise auth.AuthConfigError(f"--unix-socket {path} exists and is not a socket: not replaced")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+            except ConnectionRefusedError:
+                os.unlink(path)  # stale: its console is gone
+            except OSError as exc:
+                raise auth.AuthConfigError(f"--unix-socket {path}: {exc.strerror or exc}") from None
+            else:
+                raise auth.AuthConfigError(f"--unix-socket {path} is in use by a running server")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o777 & ~mode)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise auth.AuthConfigError(f"--unix-socket {path} cannot be bound: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    return sock
+
+
+def serve(web: Starlette, host: str, port: int, log_level: str, grace: int,
+          listener: socket.socket | None = None) -> bool:
     """Serve ``web`` until SIGTERM or SIGINT, then drain: stop listening at once (a new
     connection is refused), let the requests in flight finish for up to ``grace`` seconds
     (then cancel what remains), close the pools (the app's lifespan), and return. The signals
@@ -609,7 +748,6 @@ def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> b
     with 130), not through uvicorn's own handlers, which raise the signal again once the server
     has stopped (the process then ends killed by it: 143 from a shell, not 0). False when the
     server never started (the port is taken, the lifespan failed)."""
-    import contextlib
     from collections.abc import Iterator
 
     import uvicorn
@@ -631,9 +769,31 @@ def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> b
         server.should_exit = True  # uvicorn's main loop looks every 0.1 s
 
     stopping.stop_with(stop)
-    server.run()
+    bound = _socket_file(listener)
+    try:
+        server.run(sockets=[listener] if listener is not None else None)
+    finally:
+        if bound is not None and _socket_file_at(bound[0]) == bound:
+            with contextlib.suppress(OSError):
+                os.unlink(bound[0])  # still the socket this console bound: nobody else's
     _leave_cut_requests()
     return bool(server.started)
+
+
+def _socket_file(listener: socket.socket | None) -> tuple[str, int, int] | None:
+    """A Unix listener's path and its file's identity (device, inode)."""
+    if listener is None or listener.family != socket.AF_UNIX:
+        return None
+    path = listener.getsockname()
+    return _socket_file_at(path) if isinstance(path, str) and path else None
+
+
+def _socket_file_at(path: str) -> tuple[str, int, int] | None:
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return (path, found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
 
 
 def _leave_cut_requests() -> None:

@@ -125,11 +125,16 @@ class Credentials:
                 found = user
         return found
 
-    def by_proxy(self, value: str | None) -> User | None:
-        if self.proxy_header is None or value is None:
+    def by_proxy(self, values: list[str]) -> User | None:
+        """The proxy's user: the value of the *last* of the request's ``proxy_header`` lines,
+        the one the proxy appended after whatever the client sent (a proxy that sets the
+        header replaces the client's; one that adds a line puts its own last). A value with a
+        comma is refused (None): that is a proxy appending to the client's value in one line
+        (``mallory, alice``), configured to add rather than set."""
+        if self.proxy_header is None or not values:
             return None
-        name = value.strip()
-        if not name or len(name) > MAX_NAME or not name.isprintable():
+        name = values[-1].strip()
+        if not name or "," in name or len(name) > MAX_NAME or not name.isprintable():
             return None
         return User(name=name, role="operator" if name in self.proxy_operators else "viewer", via="proxy")
 

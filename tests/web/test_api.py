@@ -41,7 +41,7 @@ def console(url: str, creds: auth.Credentials | None = None, **kw: Any) -> Itera
     creds = creds or auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN,
                                                "RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN})
     with TestClient(create_app(WebConfig(database_url=url, read_database_url=None, credentials=creds, **kw)),
-                    follow_redirects=False) as client:
+                    follow_redirects=False, base_url="http://localhost") as client:
         yield client
 
 
@@ -543,7 +543,7 @@ def test_the_pages_read_through_the_read_only_url_and_actions_write_through_the_
 
     creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
     config = WebConfig(database_url=ledger.operator, read_database_url=ledger.readonly, credentials=creds)
-    with TestClient(create_app(config), follow_redirects=False) as client:
+    with TestClient(create_app(config), follow_redirects=False, base_url="http://localhost") as client:
         for path in ("/api/jobs", f"/api/runs/{ledger.ids['dead']}", "/api/alerts"):
             assert client.get(path, headers=OP).status_code == 200, path
         with psycopg.connect(ledger.admin, autocommit=True) as conn:
