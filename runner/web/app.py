@@ -36,7 +36,7 @@ from urllib.parse import urlencode, urlsplit
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
@@ -50,10 +50,12 @@ from runner import operate
 from runner.actions import parse_time
 from runner.app import Runner
 from runner.settings import redact
+from runner.sqlfiles import queries
 from runner.web import actions, auth, charts, reads
 from runner.web.auth import User
 
 log = logging.getLogger("runner.web")
+QW = queries("web")
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "font-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
@@ -253,10 +255,14 @@ class Console:
                                     read_only=True)
         self.act_pool = (self._pool(config.database_url, "runner-web-act", read_only=False)
                          if self.creds.can_anyone_act else None)
+        # sessions (tokens only: the login form takes tokens) are checked against, and ended
+        # in, the ledger at --database-url, never a replica: a logout holds at once
+        self.session_pool = (self._pool(config.database_url, "runner-web-session", read_only=False, size=2)
+                             if self.creds.tokens else None)
         self.shown_url = redact(config.database_url)
         self.shown_read_url = redact(config.read_database_url) if config.read_database_url else None
 
-    def _pool(self, url: str, name: str, read_only: bool) -> ConnectionPool:
+    def _pool(self, url: str, name: str, read_only: bool, size: int | None = None) -> ConnectionPool:
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute("SET TIME ZONE 'UTC'")
             # the views' laterals carry large cost estimates: compiling them (JIT) costs more
@@ -266,7 +272,7 @@ class Console:
                 conn.execute("SET statement_timeout = '15s'")
                 conn.execute("SET default_transaction_read_only = on")
 
-        return ConnectionPool(url, min_size=1, max_size=self.config.pool_size, open=False, name=name,
+        return ConnectionPool(url, min_size=1, max_size=size or self.config.pool_size, open=False, name=name,
                               kwargs={"autocommit": True, "application_name": name, "connect_timeout": 10},
                               configure=configure)
 
@@ -275,16 +281,20 @@ class Console:
         await run_in_threadpool(self.read_pool.open, True, 30.0)
         if self.act_pool is not None:
             await run_in_threadpool(self.act_pool.open, True, 30.0)
+        if self.session_pool is not None:
+            await run_in_threadpool(self.session_pool.open, True, 30.0)
         try:
             yield
         finally:
             await run_in_threadpool(self.read_pool.close)
             if self.act_pool is not None:
                 await run_in_threadpool(self.act_pool.close)
+            if self.session_pool is not None:
+                await run_in_threadpool(self.session_pool.close)
 
     # -- who is asking ----------------------------------------------------------------------
 
-    def user(self, request: Request, api: bool) -> User | None:
+    async def user(self, request: Request, api: bool) -> User | None:
         creds = self.creds
         if creds.proxy_header is not None:
             found = creds.by_proxy(request.headers.getlist(creds.proxy_header))
@@ -294,12 +304,33 @@ class Console:
         if header.lower().startswith("bearer "):
             return self.check_token(request, header[7:].strip())
         if not api:
-            found = creds.by_session(request.cookies.get(auth.SESSION_COOKIE))
-            if found is not None:
-                return found
+            session = creds.session(request.cookies.get(auth.SESSION_COOKIE))
+            if session is not None and not await run_in_threadpool(self.session_ended, session):
+                return session.user
         if creds.open_reads:
             return User(name="anonymous", role="viewer", via="open")
         return None
+
+    def session_ended(self, session: auth.Session) -> bool:
+        """Whether a console on this ledger ended the session (logout). A ledger that cannot
+        answer refuses the request (SessionUnchecked: 503), never serves it unchecked."""
+        if self.session_pool is None:
+            return True
+        try:
+            with self.session_pool.connection(timeout=10) as conn:
+                row = conn.execute(QW["session_ended"], {"session_hash": session.key}).fetchone()
+        except (psycopg.Error, PoolTimeout) as exc:
+            log.warning("cannot check a session in the ledger: %s", _error_text(exc))
+            raise SessionUnchecked() from None
+        return bool(row and row[0])
+
+    def end_session(self, session: auth.Session) -> None:
+        """Record the session as ended in the ledger: every console refuses it from now on."""
+        if self.session_pool is None:
+            return
+        with self.session_pool.connection(timeout=10) as conn:
+            conn.execute(QW["end_session"], {"session_hash": session.key, "user_name": session.user.name,
+                                             "expires": session.expires})
 
     def check_token(self, request: Request, token: str) -> User | None:
         """The token's user; every failure counts against the client and in all, and a client
@@ -351,6 +382,10 @@ class Console:
             response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=True, samesite="strict",
                                 secure=self.creds.secure_cookies, path="/")
         return response
+
+
+class SessionUnchecked(Exception):
+    """The ledger could not say whether a session was ended: the request is refused (503)."""
 
 
 def _error_text(exc: BaseException) -> str:
@@ -447,7 +482,7 @@ def create_app(config: WebConfig) -> Starlette:
 
     def page(name: str, template: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            user = console.user(request, api=False)
+            user = await console.user(request, api=False)
             if user is None:
                 return RedirectResponse("/login?" + _query(next=request.url.path + (
                     "?" + request.url.query if request.url.query else "")), status_code=303)
@@ -471,8 +506,9 @@ def create_app(config: WebConfig) -> Starlette:
             return console.render(request, "error.html", None, status=403,
                                   message="the form expired or came from another site: reload the page")
         target = _safe_next(form.get("next"))
+        token = str(form.get("token") or "").strip()
         try:
-            user = console.check_token(request, str(form.get("token") or "").strip())
+            user = console.check_token(request, token)
         except auth.Throttled as exc:
             refused = console.render(request, "login.html", None, status=429, next=target, failed=False,
                                      throttled=str(exc))
@@ -481,7 +517,7 @@ def create_app(config: WebConfig) -> Starlette:
         if user is None:
             return console.render(request, "login.html", None, status=401, next=target, failed=True)
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(auth.SESSION_COOKIE, console.creds.session_cookie(user), httponly=True,
+        response.set_cookie(auth.SESSION_COOKIE, console.creds.session_cookie(user, token), httponly=True,
                             samesite="strict", secure=console.creds.secure_cookies, path="/",
                             max_age=console.creds.session_seconds)
         # a fresh CSRF token with the new session
@@ -494,13 +530,24 @@ def create_app(config: WebConfig) -> Starlette:
         if form is None or not auth.csrf_matches(request.cookies.get(auth.CSRF_COOKIE),
                                                  form.get(auth.CSRF_FIELD)):
             return console.render(request, "error.html", None, status=403, message="CSRF check failed")
+        # ended in the ledger, not only in this browser: a copy of the cookie is refused too
+        session = console.creds.session(request.cookies.get(auth.SESSION_COOKIE))
+        if session is not None:
+            try:
+                await run_in_threadpool(console.end_session, session)
+            except (psycopg.Error, PoolTimeout) as exc:
+                log.warning("logout of %s not recorded: %s", session.user.name, _error_text(exc))
+                return console.render(request, "error.html", session.user, status=503,
+                                      message="the logout could not be recorded in the ledger: the session "
+                                              "is still valid; try again")
+            log.info("session of %s ended (logout)", session.user.name)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(auth.SESSION_COOKIE, path="/")
         return response
 
     async def action_page(request: Request) -> Response:
         """GET: the impact of an action and its form (a reason is required)."""
-        user = console.user(request, api=False)
+        user = await console.user(request, api=False)
         if user is None:
             return RedirectResponse("/login?" + _query(next=str(request.url.path) + "?" + request.url.query),
                                     status_code=303)
@@ -521,7 +568,7 @@ def create_app(config: WebConfig) -> Starlette:
                               done=None)
 
     async def action_post(request: Request) -> Response:
-        user = console.user(request, api=False)
+        user = await console.user(request, api=False)
         if user is None:
             return console.render(request, "error.html", None, status=401, message="log in first")
         form = await _form(request)
@@ -545,7 +592,7 @@ def create_app(config: WebConfig) -> Starlette:
 
     def api_read(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            if console.user(request, api=True) is None:
+            if await console.user(request, api=True) is None:
                 return _api_error(401, "authentication required: Authorization: Bearer <token>")
             try:
                 data = await run_in_threadpool(getters[name], request)
@@ -556,7 +603,7 @@ def create_app(config: WebConfig) -> Starlette:
 
     def api_action(name: str | None = None) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            user = console.user(request, api=True)
+            user = await console.user(request, api=True)
             if user is None:
                 return _api_error(401, "authentication required: Authorization: Bearer <token>")
             action = name or request.path_params["action"]
@@ -590,7 +637,7 @@ def create_app(config: WebConfig) -> Starlette:
         return endpoint
 
     async def whoami(request: Request) -> Response:
-        user = console.user(request, api=True)
+        user = await console.user(request, api=True)
         if user is None:
             return _api_error(401, "authentication required: Authorization: Bearer <token>")
         return JSONResponse({"name": user.name, "role": user.role, "who": user.who,
@@ -642,7 +689,14 @@ def create_app(config: WebConfig) -> Starlette:
         response.headers["retry-after"] = str(exc.retry_after)
         return response
 
-    web = Starlette(routes=routes, lifespan=console.lifespan, exception_handlers={auth.Throttled: throttled})
+    async def unchecked(request: Request, exc: Exception) -> Response:
+        message = "the session cannot be checked now (the ledger does not answer): try again"
+        if request.url.path.startswith("/api/"):
+            return _api_error(503, message)
+        return console.render(request, "error.html", None, status=503, message=message)
+
+    web = Starlette(routes=routes, lifespan=console.lifespan,
+                    exception_handlers={auth.Throttled: throttled, SessionUnchecked: unchecked})
     web.state.console = console
     web.add_middleware(RequestGuard, allowed_hosts=config.allowed_hosts)
     web.add_middleware(SecurityHeaders)  # the outermost: its headers go on the guard's answers too

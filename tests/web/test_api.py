@@ -128,16 +128,20 @@ def test_a_forged_or_tampered_session_is_refused(ledger: Ledger) -> None:
     other = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})  # another secret
     viewer = creds.by_token(VIEWER_TOKEN)
     assert viewer is not None
-    genuine = creds.session_cookie(viewer)
+    genuine = creds.session_cookie(viewer, VIEWER_TOKEN)
     _, _, sig = genuine.rpartition(".")
     import base64
     import json
     forged_body = base64.urlsafe_b64encode(json.dumps(
-        {"u": "viewer", "r": "operator", "e": 2**40}).encode()).decode().rstrip("=")
+        {"u": "viewer", "r": "operator", "e": 2**40, "s": "x" * 43,
+         "k": creds.token_mark(VIEWER_TOKEN)}).encode()).decode().rstrip("=")
     assert creds.by_session(genuine) is not None
     assert creds.by_session(f"{forged_body}.{sig}") is None
-    assert creds.by_session(other.session_cookie(viewer)) is None
-    assert creds.by_session(creds.session_cookie(viewer, now=0)) is None  # expired
+    assert creds.by_session(other.session_cookie(viewer, VIEWER_TOKEN)) is None
+    assert creds.by_session(creds.session_cookie(viewer, VIEWER_TOKEN, now=0)) is None  # expired
+    # made with a token that is not (any more) the user's: refused whatever its signature
+    assert creds.by_session(creds.session_cookie(viewer, OPERATOR_TOKEN)) is None
+    assert creds.by_session(creds.session_cookie(viewer, "an-old-token-0123456789")) is None
 
 
 # -- permissions -----------------------------------------------------------------------------------
