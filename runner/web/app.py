@@ -12,6 +12,12 @@ and actions (``--database-url``, which should be a login in the operator role of
 sql/roles.sql: SELECT and the action functions, nothing else). The action pool is not even
 opened when no operator credential is configured.
 
+Before any route, authentication included, every request passes :class:`RequestGuard`: its
+``Host`` must be one of the console's names (421 otherwise: DNS rebinding) and its body at
+most 64 KiB, counted as it arrives (413 otherwise, nothing buffered beyond the limit). A
+session cookie is checked against the ledger's ended sessions (logout) on a pool of its own
+on ``--database-url`` (runner/web/auth.py says why).
+
 Every response carries a strict Content-Security-Policy (no inline script or style; nothing
 from elsewhere), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'``, ``nosniff`` and
 ``no-store``. Templates are autoescaped: names, partition keys, errors and reasons from the

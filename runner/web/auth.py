@@ -14,8 +14,10 @@ Credentials, each only when configured:
   constant time, against every configured token.
 * a trusted reverse proxy: ``--trust-proxy-header X-Forwarded-User`` takes the user's name
   from that header (the proxy authenticated them); ``--proxy-operator NAME`` makes a proxy
-  user an operator, every other one is a viewer. Only for a console that nobody but the
-  proxy can reach (bound to 127.0.0.1 or a private socket): the header is believed as is.
+  user an operator, every other one is a viewer. The header is believed as is, so ``runner
+  web`` takes it only on a Unix socket (``--unix-socket``, mode 0600 or 0660), never on TCP,
+  where any local process could send it. Of several lines of the header the last one counts
+  (the proxy's, after the client's); a value with a comma is refused (:meth:`by_proxy`).
 * ``--open-reads``: anyone may read (an anonymous viewer). Never actions.
 
 With no credential configured the console does not start (unless ``--open-reads``), and with
