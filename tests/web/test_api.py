@@ -144,6 +144,24 @@ def test_a_forged_or_tampered_session_is_refused(ledger: Ledger) -> None:
     assert creds.by_session(creds.session_cookie(viewer, "an-old-token-0123456789")) is None
 
 
+def test_a_session_the_ledger_cannot_check_is_refused_not_served(ledger: Ledger, db_roles: Any) -> None:
+    """Issue 28: whether a session was logged out is the ledger's to say; when it cannot say
+    (here the console's login lost SELECT on runner.web_sessions_ended), a page asked with a
+    session is refused with 503, never served unchecked. Tokens on the API need no session."""
+    import psycopg
+    from psycopg import sql
+
+    with console(ledger.operator) as client:
+        login(client)
+        assert client.get("/").status_code == 200
+        with psycopg.connect(ledger.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("REVOKE SELECT ON runner.web_sessions_ended FROM {}").format(
+                sql.Identifier(db_roles.groups["operator"])))
+        refused = client.get("/")
+        assert refused.status_code == 503 and "cannot be checked" in refused.text
+        assert client.get("/api/jobs", headers=OP).status_code == 200
+
+
 # -- permissions -----------------------------------------------------------------------------------
 
 
