@@ -6,7 +6,9 @@ config's sqlalchemy.url (set by `runner db ...`), `-x url=...`, RUNNER_DATABASE_
 DATABASE_URL. Online, it first takes the session-level advisory lock (21077, -2), one per
 database whatever RUNNER_LOCK_NAMESPACE says (and (namespace, -2) too under another namespace:
 runner/migrate.py, MIGRATE_LOCK_KEY), and holds it until done, so two deploys never migrate at
-once. Every revision still to apply runs in one transaction; each statement waits at most the
+once; so a URL through a transaction or statement pool, where that lock would outlive the
+migration on a pooled backend, is refused first (runner/pooler.py). Every revision still to
+apply runs in one transaction; each statement waits at most the
 lock timeout (RUNNER_MIGRATE_LOCK_TIMEOUT seconds, 5 unless set) for a lock, and a migration
 that hits it is rolled back whole and tried again, RUNNER_MIGRATE_ATTEMPTS times in all (3),
 then fails with one line, nothing applied. Offline mode (`runner db sql`, `alembic upgrade
@@ -36,6 +38,7 @@ from runner.migrate import (
     migrate_lock_timeout,
     stamp_target,
 )
+from runner.pooler import check_session
 from runner.settings import ConfigError, lock_namespace, sqlalchemy_url
 from runner.sqlfiles import object_checksum, objects_to_apply, queries, read_sql
 
@@ -124,6 +127,11 @@ def run_online() -> None:
     engine = create_engine(_url(), poolclass=NullPool)
     try:
         with engine.connect() as connection:
+            # the migrate lock below is a session lock, held until this session ends: through
+            # a transaction or statement pool it would stay on a pooled backend after the
+            # migration (and every later upgrade would wait for it), so such a URL is refused
+            # with one line, nothing taken, nothing applied (runner/pooler.py)
+            check_session(connection.connection.driver_connection, "the migration's database URL")
             # one deploy migrates at a time: the others wait here for this session lock (one
             # per database: runner/migrate.py, MIGRATE_LOCK_KEY), then find the schema at head
             # and have nothing to do. Held until this session ends. No lock timeout yet: a

@@ -4,9 +4,11 @@ The lock connection is a long-lived session (autocommit) that issues the claims,
 the process wins is locked by ``pg_try_advisory_lock`` in the claim statement itself, on the
 session that holds it for the run's whole attempt. The loop thread uses it for every duty;
 the completer thread unlocks finished runs on it (a psycopg connection serialises its
-statements). When it dies, its locks die with it: ``reconnect`` opens a new one and locks
-again the runs still being executed that nobody took over meanwhile; the others are asked to
-stop (whatever they record will be refused by the fence).
+statements). It must be a session of its own, not one of a transaction or statement pool
+(runner/pooler.py): checked when it opens and at every reconnect. When it dies, its locks die
+with it: ``reconnect`` opens a new one and locks again the runs still being executed that
+nobody took over meanwhile; the others are asked to stop (whatever they record will be
+refused by the fence).
 
 Slot instants are compared with the database clock: ``now()`` is the local clock plus an
 offset measured at start and refreshed every minute (the ``clock`` duty), and pulled back
@@ -24,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
+from runner import ledger, pooler
 from runner.ledger import Owner
 from runner.worker.attempts import Attempts
 from runner.worker.config import connect, first_line
@@ -44,8 +46,16 @@ class LockSession:
         self._offset = 0.0  # database clock minus local clock, seconds
 
     def open(self) -> psycopg.Connection[Any]:
-        self._conn = connect(self.url)
-        return self._conn
+        """Connect; PoolerRefused (one line) when the URL goes through a transaction or
+        statement pool (runner/pooler.py): its locks would not stay with this session."""
+        conn = connect(self.url)
+        try:
+            pooler.check_session(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
 
     @property
     def opened(self) -> bool:
@@ -87,6 +97,13 @@ class LockSession:
         while not self._stop.is_set():
             try:
                 self._conn = connect(self.url)
+                # the URL may lead elsewhere now (a pooler put in front of the database):
+                # PoolerRefused goes up and stops the process (Worker.run)
+                try:
+                    pooler.check_session(self._conn)
+                except pooler.PoolerRefused:
+                    self._conn.close()
+                    raise
                 mine = attempts.keys()
                 # peers see the new session first: a session holding runner keys that is not
                 # registered is a squatter to them (runner/takeover.py)
