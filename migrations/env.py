@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import time
 
+import psycopg
 from alembic import context
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
@@ -121,17 +122,29 @@ def _lock_timed_out(exc: OperationalError) -> bool:
     return getattr(exc.orig, "sqlstate", None) == "55P03"  # lock_not_available
 
 
+def _refuse_a_pool(url: str) -> None:
+    """The migrate lock below is a session lock, held until the migration's session ends:
+    through a transaction or statement pool it would stay on a pooled backend after the
+    migration (and every later upgrade would wait for it). Such a URL is refused with one
+    line, before anything is taken or applied (runner/pooler.py)."""
+    libpq = "postgresql://" + url.split("://", 1)[1]
+    try:
+        conn = psycopg.connect(libpq, autocommit=True, prepare_threshold=None, connect_timeout=10,
+                               application_name="runner-migrate")
+    except psycopg.OperationalError:
+        return  # the engine's own connection says why, as before
+    with conn:
+        check_session(conn, "the migration's database URL")
+
+
 def run_online() -> None:
     lock_timeout = migrate_lock_timeout(config.get_main_option("runner_lock_timeout"))
     attempts = migrate_attempts(config.get_main_option("runner_attempts"))
-    engine = create_engine(_url(), poolclass=NullPool)
+    url = _url()
+    _refuse_a_pool(url)
+    engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            # the migrate lock below is a session lock, held until this session ends: through
-            # a transaction or statement pool it would stay on a pooled backend after the
-            # migration (and every later upgrade would wait for it), so such a URL is refused
-            # with one line, nothing taken, nothing applied (runner/pooler.py)
-            check_session(connection.connection.driver_connection, "the migration's database URL")
             # one deploy migrates at a time: the others wait here for this session lock (one
             # per database: runner/migrate.py, MIGRATE_LOCK_KEY), then find the schema at head
             # and have nothing to do. Held until this session ends. No lock timeout yet: a
