@@ -43,11 +43,19 @@ def one_line_refusal(out: Any) -> None:
 
 def test_session_pool_runs_and_leaves_nothing_behind(db_url: str, tmp_path: Path) -> None:
     """Two runners through a session pool: every second's run starts, once; after both exit
-    no advisory lock is held, `runner check` through the pool is clean, and the application's
+    (and after a client that ended holding a lock) no advisory lock is held, `runner check` through the pool is clean, and the application's
     session through the same pool was never ended."""
     with pgbouncer(tmp_path, db_url, "session", pool_size=10) as bouncer, \
             psycopg.connect(bouncer.url, autocommit=True) as application:
         app_pid = application.execute("SELECT pg_backend_pid()").fetchone()[0]
+        # a client that ends without unlocking (a runner killed outright) leaves no lock on the
+        # pooled backend: PgBouncer's server_reset_query (DISCARD ALL) releases it (README)
+        gone = psycopg.connect(bouncer.url, autocommit=True)
+        held = gone.execute("SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(runner.lock_key_v1(%s, 1)))"
+                            " AS l", (NAMESPACE,)).fetchone()[0]
+        gone.close()
+        eventually(lambda: scalar(db_url, ADVISORY) == 0, timeout=10, message="the lock released")
+        assert scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (held,)) == 1  # still pooled
         procs = [RunnerProcess(APP, bouncer.url, "--poll-interval", "0.2", "--grace", "1", "--workers", "2",
                                log=tmp_path / f"runner{i}.log") for i in range(2)]
         try:
