@@ -2,7 +2,7 @@
 
 A runner's lock session holds session advisory locks (every run it executes, for the whole
 attempt), and ``runner db upgrade`` holds the migrate lock for the whole migration: both need
-the one server backend a connection talks to to be its own for as long as the connection lives.
+a server backend that is the connection's own for as long as the connection lives.
 A pooler in *transaction* or *statement* mode (PgBouncer ``pool_mode = transaction`` or
 ``statement``) breaks that without an error: each transaction may run on another backend, a
 lock is taken on one and its unlock runs on another (the first keeps it, idle, serving other
@@ -20,11 +20,10 @@ through the pooled connection, so ``check_session`` watches what a pooler does:
    the first connection until it closes, and no other client ever gets it;
 3. the first connection asks again: another pid than ``mine`` is a pooler too.
 
-A second connection that waits ``PROBE_WAIT`` seconds for a backend (a full session pool; a
-transaction pool hands it the idle ``mine`` at once) is cut off, and proves nothing.
-
 Either sign is proof (no direct or session-mode connection shows it), and the check refuses
-the URL with one line that says what to use. It cannot prove the opposite: a pool of more idle
+the URL with one line that says what to use. A second connection that waits ``PROBE_WAIT``
+seconds for a backend (a full session pool; a transaction pool hands it the idle ``mine`` at
+once) is cut off, and proves nothing. It cannot prove the opposite: a pool of more idle
 servers than ``PROBES``, reused in an order other than PgBouncer's, or kept busy by other
 clients throughout, can hide a transaction pool from it (README, "Connection poolers"). It
 costs one connection and ``PROBES + 2`` short statements, at start and at every reconnect of
@@ -48,10 +47,10 @@ PROBES = 48  # statements of the second connection (a transaction pool of up to 
 PROBE_WAIT = 5  # seconds the second connection waits for a backend at most
 
 REFUSAL = (
-    "{what} reaches PostgreSQL through a pooler in transaction or statement mode (its backend "
-    "changed between transactions): advisory locks and prepared statements need a session of "
-    "their own; use a direct URL or a session-mode pool (PgBouncer pool_mode = session), see "
-    "README \"Connection poolers\""
+    "{what} reaches PostgreSQL through a pooler in transaction or statement mode (its server "
+    "backend is shared with other clients between transactions): advisory locks and prepared "
+    "statements need a session of their own; use a direct URL or a session-mode pool (PgBouncer "
+    "pool_mode = session), see README \"Connection poolers\""
 )
 
 
