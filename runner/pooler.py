@@ -26,8 +26,13 @@ seconds for a backend (a full session pool; a transaction pool hands it the idle
 once) is cut off, and proves nothing. It cannot prove the opposite: a pool of more idle
 servers than ``PROBES``, reused in an order other than PgBouncer's, or kept busy by other
 clients throughout, can hide a transaction pool from it (README, "Connection poolers"). It
-costs one connection and ``PROBES + 2`` short statements, at start and at every reconnect of
-the lock session (runner/worker/session.py) and before a migration takes its lock
+costs two short connections (``check_url``: the checked one is the check's own, never the
+lock session, which a cut during the check would send back into its reconnect backoff) and
+``PROBES + 2`` short statements, or one statement where the connection is proven direct
+(``direct``: over TCP, the server's own address and port are the ones the client connected
+to; a pooler redirected there by the network, e.g. by a NAT rule on PostgreSQL's own address
+and port, would pass for direct), at ``runner start``, whenever the lock session opens or
+reconnects (runner/worker/session.py), and before a migration takes its lock
 (migrations/env.py). Neither connection prepares a statement.
 """
 
@@ -64,6 +69,20 @@ def _pid(conn: psycopg.Connection[Any]) -> int:
         conn.commit()  # a transaction pool may now hand the backend to another client
     assert row is not None
     return int(row[0])
+
+
+def direct(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn`` provably reaches PostgreSQL with nothing in between: over TCP, the
+    server's own address and port are the ones the client connected to (a pooler listens on
+    another port or host and connects to PostgreSQL from there). Unix sockets and anything
+    else: not proven (the full check decides)."""
+    row = conn.execute("SELECT host(inet_server_addr()), inet_server_port()", prepare=False).fetchone()
+    if not conn.autocommit:
+        conn.commit()
+    if row is None or row[0] is None:
+        return False
+    info = conn.info
+    return bool(row[0] == info.hostaddr and row[1] == info.port)
 
 
 def shared_backend(conn: psycopg.Connection[Any]) -> bool:
@@ -109,11 +128,20 @@ def _another_gets(conn: psycopg.Connection[Any], pid: int) -> bool:
         other.close()
 
 
+def check_url(url: str, what: str = "the database URL") -> None:
+    """``check_session`` on a connection of its own to ``url`` (named ``runner-probe``), closed
+    after: the session the caller then opens is never the one a check kept busy."""
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None, connect_timeout=PROBE_WAIT * 2,
+                         application_name="runner-probe") as conn:
+        check_session(conn, what)
+
+
 def check_session(conn: psycopg.Connection[Any], what: str = "the database URL") -> None:
     """PoolerRefused (one line) when ``conn`` is proven to share its backend with other
-    clients (a transaction or statement pool); nothing otherwise."""
+    clients (a transaction or statement pool); nothing otherwise. A connection proven direct
+    (``direct``) costs one statement."""
     try:
-        shared = shared_backend(conn)
+        shared = not direct(conn) and shared_backend(conn)
     except psycopg.Error as exc:
         # statement pooling refuses a transaction block; a pooler may refuse the second client
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -23,6 +23,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 
+from runner import pooler
 from tests.pgbouncer import pgbouncer
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
@@ -48,6 +49,11 @@ def test_session_pool_runs_and_leaves_nothing_behind(db_url: str, tmp_path: Path
     with pgbouncer(tmp_path, db_url, "session", pool_size=10) as bouncer, \
             psycopg.connect(bouncer.url, autocommit=True) as application:
         app_pid = application.execute("SELECT pg_backend_pid()").fetchone()[0]
+        # through the pooler nothing proves a direct connection, so the full check runs (and
+        # passes: session mode); straight to the server over TCP, one statement proves it
+        assert not pooler.direct(application)
+        with psycopg.connect(db_url, autocommit=True) as straight:
+            assert pooler.direct(straight) == (straight.info.hostaddr != "")
         # a client that ends without unlocking (a runner killed outright) leaves no lock on the
         # pooled backend: PgBouncer's server_reset_query (DISCARD ALL) releases it (README)
         gone = psycopg.connect(bouncer.url, autocommit=True)

@@ -48,13 +48,19 @@ class LockSession:
     def open(self) -> psycopg.Connection[Any]:
         """Connect; PoolerRefused (one line) when the URL goes through a transaction or
         statement pool (runner/pooler.py): its locks would not stay with this session."""
+        self._conn = self._connect()
+        return self._conn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A new lock session, checked: proven direct in one statement, else the full check
+        on connections of the check's own (runner/pooler.py)."""
         conn = connect(self.url)
         try:
-            pooler.check_session(conn)
+            if not pooler.direct(conn):
+                pooler.check_url(self.url)
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
         return conn
 
     @property
@@ -96,14 +102,9 @@ class LockSession:
         delay = 0.2
         while not self._stop.is_set():
             try:
-                self._conn = connect(self.url)
                 # the URL may lead elsewhere now (a pooler put in front of the database):
                 # PoolerRefused goes up and stops the process (Worker.run)
-                try:
-                    pooler.check_session(self._conn)
-                except pooler.PoolerRefused:
-                    self._conn.close()
-                    raise
+                self._conn = self._connect()
                 mine = attempts.keys()
                 # peers see the new session first: a session holding runner keys that is not
                 # registered is a squatter to them (runner/takeover.py)
