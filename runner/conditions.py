@@ -292,6 +292,10 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
             if held:
                 result = Evaluation(None, f"the condition took {held} advisory lock(s) (released); "
                                           "a condition must only read")
+            # released inside the evaluation's transaction: once it ends, the session is no
+            # longer a condition session (runner.condition_sessions_v1) and a key it still
+            # held would make a run's claim count it as a squatter's
+            release_locks(conn)
             timer.cancel()  # recording the outcome is the runner's own work
             conn.execute(BQ["pause_checked"], {"plan_id": plan_id, "now": now})
             reason = result.pause_reason
