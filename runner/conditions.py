@@ -38,7 +38,16 @@ runner serving the job will run, so it runs where it can do no harm.
   at most once every ``EVERY`` seconds across all runners.
 
 A condition that took advisory locks fails (its locks are released; the plan pauses saying
-so): a key it held even for a second may have blocked a claim or a takeover.
+so): a key it held even for a second may have blocked a claim or a takeover. PostgreSQL
+grants the advisory lock functions to PUBLIC and cannot withhold them from the condition
+role alone, so the check is made where the locks are still visible (issue 28, point 3):
+``runner.pause_condition_v1`` lists its session's advisory locks when the condition's
+statement ends, transaction-level ones included (they would go with the rollback, unseen),
+and fails the condition if it holds any new one. Here, after the function, the session-level
+ones are counted again (``advisory_locks_held``). While a condition runs, its session is a
+runner's condition session (``runner.condition_sessions_v1``: this connection's name, the
+runner's login, a young transaction): a run whose claim meets a key it holds is released
+uncounted (the executor's ``_key_held``), and the takeover duty does not end it as a squatter.
 
 **Prometheus.** A condition may instead be a Prometheus instant query: ``pause_when`` then
 reads ``prometheus:`` followed by the query (``runner backfill --pause-when-prometheus Q``;
@@ -283,6 +292,10 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
             if held:
                 result = Evaluation(None, f"the condition took {held} advisory lock(s) (released); "
                                           "a condition must only read")
+            # released inside the evaluation's transaction: once it ends, the session is no
+            # longer a condition session (runner.condition_sessions_v1) and a key it still
+            # held would make a run's claim count it as a squatter's
+            release_locks(conn)
             timer.cancel()  # recording the outcome is the runner's own work
             conn.execute(BQ["pause_checked"], {"plan_id": plan_id, "now": now})
             reason = result.pause_reason

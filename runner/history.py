@@ -48,9 +48,13 @@ misfire duty, the gap scan and the audit read the same rows.
 **The audit.** Every history row is stamped when written, whoever writes it (the trigger
 ``job_schedules_stamp``, revision 0026_history): its fingerprint, ``recorded_at`` and
 ``explained_by`` (a sync, a re-assertion, a plain append in force from now of the job's
-synced definition by a runner of an older revision, the schema owner). A row that nothing
-explains -- e.g. a worker login inserting a definition dated into the past (issue 28,
-point 1) -- is reported by ``runner check`` as ``history_unexplained``.
+synced definition, the schema owner; never the writer's choice). A row that nothing
+explains, or any row dated into the past that is not a job's first row nor a re-assertion
+within 60 s, whoever wrote it, is reported by ``runner check`` as ``history_unexplained``.
+The worker role cannot write the table at all (issue 28, point 1: a worker login back-dated
+a definition and hid missed slots): ``runner.sync_schedule_v1`` is a runner's only writer,
+dates every row itself, and refuses a caller's ``as_of`` that is not now unless the session
+is the schema owner's (tests inject time that way).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@
 --                    operator). Nothing else: dashboards, psql on-call queries, `runner
 --                    status` / `runs` / `gaps`, a `runner web` of viewers.
 --   runner_worker    what `runner start` needs, and no more (revision 0007_security):
---                    SELECT on everything; INSERT of new jobs, their schedule history, new
---                    runs and their first attempts, slot fan-outs, effects and its own
---                    instance row; UPDATE only of a job's synced definition (not `paused`;
+--                    SELECT on everything; INSERT of new jobs, new runs and their first
+--                    attempts, slot fan-outs, effects and its own instance row (no write
+--                    of the schedule history: runner.sync_schedule_v1 below); UPDATE only of a job's synced definition (not `paused`;
 --                    track_from only earlier, by a trigger), of run progress counts, attempt
 --                    heartbeats, effects, instances, and a plan's lane state (pause, complete,
 --                    tokens, verification; by a trigger, no other status change). Every other
@@ -36,9 +36,12 @@
 --                    runner.prune_v1 (retention by the stored policy, a batch at a time) and
 --                    runner.prune_instances_v1 (instance rows that stopped heartbeating long
 --                    ago, revision 0016; the retention duty, not `runner prune`) and
---                    runner.sync_schedule_v1 (the schedule history, revision 0026: a row
---                    the worker inserts itself is stamped, and one dated into the past is
---                    reported by runner check as history_unexplained). No
+--                    runner.sync_schedule_v1 (the schedule history, revision 0003_history:
+--                    the only way a runner writes it, since issue 28 point 1; it dates a
+--                    row from now, a job's first from its track_from, a re-assertion at most
+--                    60 s back, and refuses a caller's as_of that is not now; a row dated
+--                    into the past by anyone else, a superuser included, is reported by
+--                    runner check as history_unexplained). No
 --                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
 --                    or runner.alembic_version, no UPDATE of a run's status, fence or attempt.
 --   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
@@ -124,7 +127,13 @@ BEGIN
     EXECUTE format('GRANT UPDATE (schedule_kind, cron, every_interval, timezone, partitions, '
                    'dynamic_partitions, max_attempts, version, options, track_from, synced_at) '
                    'ON runner.jobs TO %I', worker);
-    EXECUTE format('GRANT INSERT ON runner.job_schedules TO %I', worker);
+    -- no write of runner.job_schedules (issue 28, point 1): runners append the schedule
+    -- history only through runner.sync_schedule_v1 (revision 0003_history), which dates a row
+    -- itself. A ledger still older than that function (this file run before `runner db
+    -- upgrade`) keeps the plain INSERT its runners of 0002_objects and earlier use at start.
+    IF to_regproc('runner.sync_schedule_v1') IS NULL THEN
+        EXECUTE format('GRANT INSERT ON runner.job_schedules TO %I', worker);
+    END IF;
     EXECUTE format('GRANT INSERT (job_name, schedule_slot, partition_key, business_date, window_start, '
                    'window_end, status, trigger, attempt, fence, idempotency_key, replay_group_id, lane, '
                    'scheduled_at, next_attempt_at, started_at, finished_at, status_reason, '

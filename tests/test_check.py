@@ -392,12 +392,13 @@ def test_effect_key_twice(db_url: str, conn: psycopg.Connection[Any]) -> None:
 
 
 def test_history_unexplained(db_url: str, conn: psycopg.Connection[Any], db_roles: Any) -> None:
-    """Issue 28, point 1, as the audit sees it: a worker login dates a schedule "every 100
-    years" a second after track_from, so the gap scan no longer expects the slots missed
-    since. Every history row is stamped when written (revision 0026_history): that row is
-    reported as history_unexplained, and `runner check` exits 1. Not reported: the rows of a
-    runner's sync, and a worker's plain append in force from now of the job's synced
-    definition (what a runner of revision 0025 writes)."""
+    """Issue 28, point 1, as the audit sees it: a row dating a schedule "every 100 years" a
+    second after track_from makes the gap scan forget the slots missed since. The worker role
+    can no longer write it (tests/security/test_schedule_history.py); a superuser still can,
+    with a plain INSERT, and whatever explanation it writes the row is stamped by the trigger
+    and reported as history_unexplained (back-dated), and `runner check` exits 1. Not
+    reported: the rows of a runner's sync, and a row in force from now of the job's synced
+    definition (a DBA's forward append)."""
     db_roles.apply(db_url)
     track_from = sync(conn)
     s = slots_of(conn)
@@ -405,23 +406,28 @@ def test_history_unexplained(db_url: str, conn: psycopg.Connection[Any], db_role
     assert kinds(conn) == set()
     listed = conn.execute("SELECT count(*) FROM runner.missing_slots").fetchone()
     assert listed == (2,)
-    worker = db_roles.url(db_url, "worker")
-    with psycopg.connect(worker, autocommit=True) as w:
-        # a runner of 0025 changing the schedule: runner.jobs, then the history from now
-        w.execute("UPDATE runner.jobs SET every_interval = '2 hours' WHERE job_name = 'job'")
-        w.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
-                  " timezone) VALUES ('job', now() + interval '1 second', 'every', '2 hours', 'UTC')")
+    # a schedule change from now on, by the schema owner: runner.jobs, then the history
+    conn.execute("UPDATE runner.jobs SET every_interval = '2 hours' WHERE job_name = 'job'")
+    conn.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+                 " timezone) VALUES ('job', now() + interval '1 second', 'every', '2 hours', 'UTC')")
     assert kinds(conn) == set()
-    with psycopg.connect(worker, autocommit=True) as w:
+    worker = db_roles.url(db_url, "worker")
+    with psycopg.connect(worker, autocommit=True) as w, pytest.raises(psycopg.errors.InsufficientPrivilege):
         w.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
                   " timezone) VALUES ('job', %s, 'every', '100 years', 'UTC')", (track_from + timedelta(seconds=1),))
+    assert conn.execute("SELECT count(*) FROM runner.missing_slots").fetchone() == (2,)
+    # the superuser's back-dated row, claiming to be a sync
+    conn.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval,"
+                 " timezone, explained_by, recorded_at) VALUES ('job', %s, 'every', '100 years', 'UTC', 'sync',"
+                 " %s)", (track_from + timedelta(seconds=1), track_from))
     assert conn.execute("SELECT count(*) FROM runner.missing_slots").fetchone() == (0,)  # hidden
     assert found(conn) == {("history_unexplained", "job", track_from + timedelta(seconds=1), None, None, None)}
     out = run_cli("check", "--json", url=db_url)
     assert out.returncode == 1, out.stderr
     [row] = json.loads(out.stdout)
-    assert row["invariant"] == "history_unexplained" and row["detail"]["explained_by"] is None
+    assert row["invariant"] == "history_unexplained" and row["detail"]["explained_by"] == "schema owner"
     assert row["detail"]["schedule"] == "every 100 years UTC"
+    assert "back-dated" in row["detail"]["problem"]
 
 
 def test_every_invariant_is_named_in_the_sql_the_module_and_the_readme() -> None:

@@ -160,7 +160,9 @@ class Executor:
         For a moment that is ordinary: a runner records an attempt's outcome, then unlocks
         the run a round trip later, and a retry due at once may be claimed in between (by
         another runner; this one's own claims share its session, whose lock is re-entrant).
-        When a registered runner session holds the key (runner.runner_sessions_v1), the
+        When a registered runner session holds the key (runner.runner_sessions_v1), or a
+        runner's condition session inside an evaluation does (runner.condition_sessions_v1: a
+        pause condition that took run keys, which fails for it, issue 28 point 3), the
         attempt is released, uncounted, with its trigger kept, and the run is due again
         LOCK_BUSY_DELAY later, twice that after a second release in a row, and so on
         (revision 0024_sessions; before, due at once, and a second release in a row counted:

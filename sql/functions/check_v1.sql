@@ -111,15 +111,20 @@
 --   history_unexplained      a schedule history row (runner.job_schedules) that no runner's
 --                            sync, re-assertion or definition explains. Every row is stamped
 --                            when written (the trigger job_schedules_stamp, revision
---                            0026_history: fingerprint, recorded_at, explained_by). Reported:
---                            a row left unexplained by its stamp (written by a role that is
---                            not the schema owner, outside runner.sync_schedule_v1, and
---                            either dated before it was written -- a back-dated row hides
---                            missed slots from the gap scan and this audit, issue 28 point 1
---                            -- or not the job's definition in runner.jobs); a 'sync' or
---                            'append' row dated before it was recorded; a row whose stored
---                            fingerprint is not its definition's. Rows written before 0026
---                            are trusted as they were. slot = the row's valid_from.
+--                            0003_history: fingerprint, recorded_at, explained_by; never the
+--                            writer's choice). Reported: a row left unexplained by its stamp
+--                            (written by a role that is not the schema owner, outside
+--                            runner.sync_schedule_v1, and neither in force from when it was
+--                            written nor the job's first row at its track_from); a row whose
+--                            stored fingerprint is not its definition's; and any row dated
+--                            before it was recorded, whoever wrote it (a superuser's plain
+--                            INSERT included), unless it is its job's first row (a first
+--                            sync, from the job's track_from) or a runner's re-assertion
+--                            dated back at most 60 s (runner.sync_schedule_v1's bound). A
+--                            back-dated row hides missed slots from the gap scan and from
+--                            this audit's unlisted_gap (issue 28 point 1). Rows written
+--                            before 0003 are trusted as they were (recorded_at =
+--                            valid_from). slot = the row's valid_from.
 --
 -- Cost: the run and attempt invariants read the ledger's runs and attempts (at or after
 -- `since`); unlisted_gap expands every expected slot since greatest(track_from, since) --
@@ -401,14 +406,19 @@ FROM (
                                       THEN 'its fingerprint is not its definition''s (changed after it was written)'
                                   WHEN s.explained_by IS NULL
                                       THEN 'written by a role that is not the schema owner, neither by a runner''s sync nor in force from when it was written as the job''s synced definition'
-                                  ELSE 'a sync dated before it was recorded' END)
+                                  ELSE 'dated before it was recorded (back-dated), and not its job''s first row nor a runner''s re-assertion within 60 s' END)
     FROM runner.job_schedules s
     CROSS JOIN LATERAL (SELECT runner.schedule_fingerprint_v1(s.schedule_kind, s.cron, s.every_interval,
                                                               s.timezone, s.partitions,
                                                               s.dynamic_partitions) AS fp) f
     WHERE (s.explained_by IS NULL
            OR s.fingerprint IS DISTINCT FROM f.fp
-           OR (s.explained_by IN ('sync', 'append') AND s.valid_from < s.recorded_at))
+           OR (s.valid_from < s.recorded_at
+               AND NOT (s.explained_by IN ('first sync', 'append')
+                        AND NOT EXISTS (SELECT 1 FROM runner.job_schedules e
+                                        WHERE e.job_name = s.job_name AND e.valid_from < s.valid_from))
+               AND NOT (s.explained_by LIKE 're-asserted by a running runner%'
+                        AND s.valid_from >= s.recorded_at - interval '60 seconds')))
       AND (check_v1.since IS NULL OR s.valid_from >= check_v1.since OR s.recorded_at >= check_v1.since)
 ) AS v
 ORDER BY v.invariant, v.job_name, v.schedule_slot, v.partition_key NULLS FIRST, v.run_id, v.attempt_id

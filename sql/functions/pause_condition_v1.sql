@@ -17,9 +17,25 @@
 -- column, a boolean; NULL counts as false. The row may be at most 1 kB.
 -- No SET search_path: the condition's names resolve as the caller's do. (The usual care of
 -- a fixed search_path protects a powerful owner from its callers; this owner has no power
--- to lose.) The owner check itself names every catalog object with its schema, so a caller
--- cannot shadow pg_roles with a temporary table, or pg_has_role with a function of its own,
--- to make a too-powerful owner look harmless.
+-- to lose.) Every catalog object and function the function itself names is qualified with
+-- pg_catalog (as in runner.verify_query_v1), and the caller's search_path is put back right
+-- after the condition ran: a caller cannot shadow pg_roles with a temporary table, or
+-- pg_has_role with a function of its own, to make a too-powerful owner look harmless, and a
+-- condition that changes search_path (set_config) cannot shadow what the checks after it
+-- call (json_each, pg_locks, ...) to slip a wrong answer or a held lock past them.
+--
+-- Advisory locks (issue 28, point 3). PostgreSQL grants the advisory lock functions to
+-- PUBLIC, and a grant to PUBLIC cannot be withheld from one role (no role leaves PUBLIC;
+-- revoking them from PUBLIC would take them from the runners and the application), so a
+-- condition can call them. The function refuses a condition that holds one when it is done:
+-- after the condition's statement it lists its session's advisory locks (pg_locks) and,
+-- when any is new (a transaction-level lock of pg_try_advisory_xact_lock is still held here,
+-- before the caller's rollback would release it unseen; a session-level one of
+-- pg_advisory_lock too), it fails with 'the condition took N advisory lock(s)', so the plan
+-- pauses with that reason. While the condition ran, those keys were held by the runner's
+-- condition session: a run whose claim met one is released uncounted, as when a runner
+-- session holds it (sql/queries/ledger.sql key_holder), never failed for it. What this
+-- cannot see: a session-level lock the condition itself released before it ended.
 CREATE OR REPLACE FUNCTION runner.pause_condition_v1(condition text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
@@ -28,6 +44,9 @@ DECLARE
     rows_of refcursor;
     got record;
     shape json;
+    caller_path text := pg_catalog.current_setting('search_path');
+    before text[];
+    took bigint;
 BEGIN
     IF EXISTS (
         SELECT 1 FROM pg_catalog.pg_roles r
@@ -42,7 +61,12 @@ BEGIN
         RAISE EXCEPTION 'pause conditions run as the condition role, and runner.pause_condition_v1 is owned by % (too powerful): apply sql/roles.sql, which creates the role and makes it the owner', current_user
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    PERFORM set_config('transaction_read_only', 'on', true);
+    PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
+    -- the advisory locks this session holds before the condition (the caller's plan lock)
+    SELECT pg_catalog.array_agg(pg_catalog.concat_ws('/', l.classid, l.objid, l.objsubid, l.mode))
+    INTO before
+    FROM pg_catalog.pg_locks l
+    WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid();
     -- a cursor: rows are fetched one at a time (two at most), never the whole result
     OPEN rows_of NO SCROLL FOR EXECUTE condition;
     FETCH rows_of INTO got;
@@ -50,26 +74,39 @@ BEGIN
         RAISE EXCEPTION 'the condition returned no rows (it must return exactly one)'
             USING ERRCODE = 'cardinality_violation';
     END IF;
-    shape := row_to_json(got);
+    shape := pg_catalog.row_to_json(got);
     FETCH rows_of INTO got;
     IF FOUND THEN
         RAISE EXCEPTION 'the condition returned more than one row (it must return exactly one)'
             USING ERRCODE = 'cardinality_violation';
     END IF;
     CLOSE rows_of;
-    IF octet_length(shape::text) > 1024 THEN
+    -- the condition has run: the caller's search_path again, whatever it set
+    PERFORM pg_catalog.set_config('search_path', caller_path, true);
+    SELECT pg_catalog.count(*) INTO took
+    FROM pg_catalog.pg_locks l
+    WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid()
+      AND NOT coalesce(pg_catalog.concat_ws('/', l.classid, l.objid, l.objsubid, l.mode)
+                       OPERATOR(pg_catalog.=) ANY (before), false);
+    IF took OPERATOR(pg_catalog.>) 0 THEN
+        RAISE EXCEPTION 'the condition took % advisory lock(s): a condition must only read (they are released)', took
+            USING ERRCODE = 'prohibited_sql_statement_attempted';
+    END IF;
+    IF pg_catalog.octet_length(shape::text) OPERATOR(pg_catalog.>) 1024 THEN
         RAISE EXCEPTION 'the condition returned a row of % bytes (at most 1024: one boolean)',
-            octet_length(shape::text) USING ERRCODE = 'program_limit_exceeded';
+            pg_catalog.octet_length(shape::text) USING ERRCODE = 'program_limit_exceeded';
     END IF;
-    IF (SELECT count(*) FROM json_each(shape)) <> 1 THEN
+    IF (SELECT pg_catalog.count(*) FROM pg_catalog.json_each(shape)) OPERATOR(pg_catalog.<>) 1 THEN
         RAISE EXCEPTION 'the condition returned % columns (it must return one boolean)',
-            (SELECT count(*) FROM json_each(shape)) USING ERRCODE = 'datatype_mismatch';
+            (SELECT pg_catalog.count(*) FROM pg_catalog.json_each(shape)) USING ERRCODE = 'datatype_mismatch';
     END IF;
-    IF (SELECT json_typeof(value) FROM json_each(shape)) NOT IN ('boolean', 'null') THEN
+    IF (SELECT pg_catalog.json_typeof(e.value) FROM pg_catalog.json_each(shape) AS e)
+       NOT IN ('boolean', 'null') THEN
         RAISE EXCEPTION 'the condition returned a %, not a boolean',
-            (SELECT json_typeof(value) FROM json_each(shape)) USING ERRCODE = 'datatype_mismatch';
+            (SELECT pg_catalog.json_typeof(e.value) FROM pg_catalog.json_each(shape) AS e)
+            USING ERRCODE = 'datatype_mismatch';
     END IF;
-    RETURN coalesce((SELECT value::text::boolean FROM json_each(shape)), false);
+    RETURN coalesce((SELECT e.value::text::boolean FROM pg_catalog.json_each(shape) AS e), false);
 END
 $$;
 

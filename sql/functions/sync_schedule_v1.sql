@@ -31,13 +31,25 @@
 -- current definition when this one was not written (held_by, "host pid N, ..."). No row: the
 -- job does not exist or is retired.
 --
--- as_of: the instant of a start (default now()), for tests that inject time; a re-assertion
--- ignores it. Who may call it: SECURITY DEFINER with a fixed search_path; EXECUTE for the
--- worker role (sql/roles.sql). The caller chooses its definition (as its runner.jobs upsert
--- does), never a row's explanation: a start with as_of before now() writes a 'sync' row dated
--- before it was recorded, which runner check reports (history_unexplained); a re-assertion
--- is dated back at most fresh_for seconds, and only by the caller's own registered instance
--- on its own lock session.
+-- Dating (issue 28, point 1: a worker login back-dating the history hid missed slots from the
+-- gap scan and the audit). This function is the only writer of runner.job_schedules a runner
+-- has: sql/roles.sql grants the worker role no INSERT, UPDATE or DELETE on the table. A row
+-- it appends is in force from now (the server's clock, the transaction's now()), except:
+--   * a job's first row, from the job's track_from (what the job's code says it tracks);
+--   * a re-assertion, dated back as said above, and never more than REASSERT_MAX_BACK (60 s)
+--     whatever fresh_for the caller passes (fresh_for still decides who counts as live);
+--   * as_of: the instant of a start, for tests that inject time. Only a session of the schema
+--     owner (or a superuser: session_user a member of the runner schema's owner) may pass one
+--     that is not now(); for anyone else an append dated by an as_of in the past or the future
+--     is refused, with one line and nothing written (the caller's transaction fails). A 'sync'
+--     row dated before it was recorded is reported by runner check (history_unexplained), so
+--     even the owner's back-dated starts are visible there.
+-- A re-assertion ignores as_of. What explains a row (job_schedules.explained_by) is the
+-- function's word, handed to the stamping trigger (runner.job_schedules_stamp_v1) through the
+-- transaction-local setting runner.history_explanation; a direct INSERT never chooses it.
+-- Who may call it: SECURITY DEFINER with a fixed search_path; EXECUTE for the worker role
+-- (sql/roles.sql). The caller chooses its definition (as its runner.jobs upsert does), never
+-- a row's date or explanation.
 CREATE OR REPLACE FUNCTION runner.sync_schedule_v1(
     job_name text, schedule_kind text, cron text, every_interval interval, timezone text,
     partitions text[], dynamic_partitions boolean, instance uuid DEFAULT NULL,
@@ -52,6 +64,8 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     clock constant timestamptz := CASE WHEN reassert THEN now() ELSE coalesce(as_of, now()) END;
+    max_back constant interval := interval '60 seconds';  -- REASSERT_MAX_BACK
+    owner_oid constant oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'runner');
     fp constant text := runner.schedule_fingerprint_v1(schedule_kind, cron, every_interval, timezone,
                                                        partitions, dynamic_partitions);
     words constant text := runner.schedule_label_v1(schedule_kind, cron, every_interval, timezone,
@@ -72,10 +86,12 @@ BEGIN
     WHERE s.job_name = sync_schedule_v1.job_name ORDER BY s.valid_from DESC LIMIT 1;
 
     IF last IS NULL OR last.valid_from IS NULL THEN
+        PERFORM pg_catalog.set_config('runner.history_explanation', 'first sync', true);
         INSERT INTO runner.job_schedules AS s (job_name, valid_from, schedule_kind, cron, every_interval,
                                                timezone, partitions, dynamic_partitions, explained_by)
         VALUES (sync_schedule_v1.job_name, job.track_from, schedule_kind, cron, every_interval, timezone,
                 partitions, dynamic_partitions, 'first sync');
+        PERFORM pg_catalog.set_config('runner.history_explanation', '', true);
         RETURN QUERY SELECT fp, words, fp, true, job.track_from, NULL::text;
         RETURN;
     END IF;
@@ -118,11 +134,22 @@ BEGIN
         -- and never more than fresh_for back: a re-assertion follows the others' stop promptly,
         -- so a forged instance row cannot date a definition far into the past
         since := greatest(last.valid_from + interval '1 microsecond',
-                          clock - make_interval(secs => fresh_for),
+                          clock - least(make_interval(secs => fresh_for), max_back),
                           least(clock, greatest(coalesce(gone, mine, clock), coalesce(mine, clock))));
     ELSE
+        IF clock IS DISTINCT FROM now()
+           AND NOT pg_catalog.pg_has_role(session_user, owner_oid, 'MEMBER') THEN
+            RAISE EXCEPTION 'runner.sync_schedule_v1: the schedule of job % may be appended only from now (%), not from % (as_of): only the schema owner dates the schedule history',
+                pg_catalog.quote_literal(sync_schedule_v1.job_name), now(), clock
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
         since := greatest(last.valid_from + interval '1 microsecond', clock);
     END IF;
+    PERFORM pg_catalog.set_config('runner.history_explanation',
+                                  CASE WHEN reassert
+                                       THEN 're-asserted by a running runner: no live runner ran ' || last.fingerprint
+                                            || coalesce(' since ' || gone::text, '')
+                                       ELSE 'sync' END, true);
     INSERT INTO runner.job_schedules AS s (job_name, valid_from, schedule_kind, cron, every_interval,
                                            timezone, partitions, dynamic_partitions, explained_by)
     VALUES (sync_schedule_v1.job_name, since, schedule_kind, cron, every_interval, timezone, partitions,
@@ -133,6 +160,7 @@ BEGIN
                  THEN 're-asserted by a running runner: no live runner ran ' || last.fingerprint
                       || coalesce(' since ' || gone::text, '')
                  ELSE 'sync' END);
+    PERFORM pg_catalog.set_config('runner.history_explanation', '', true);
     UPDATE runner.jobs j
     SET schedule_kind = sync_schedule_v1.schedule_kind, cron = sync_schedule_v1.cron,
         every_interval = sync_schedule_v1.every_interval, timezone = sync_schedule_v1.timezone,

@@ -278,15 +278,19 @@ FROM unnest(%(run_ids)s::bigint[]) AS run_id
 -- name: key_holder
 -- An attempt started while another session held its run's key (runner/loop.py _key_held):
 -- whether the key is free now (then this session takes it), else whether a registered
--- runner session holds it (an outcome being recorded, its unlock a round trip behind), and
--- how many attempts in a row, just before this one, were released for that already.
+-- runner session holds it (an outcome being recorded, its unlock a round trip behind) or a
+-- runner's condition session does (a pause condition that took run keys: held for one
+-- evaluation at most, which fails for it, runner.pause_condition_v1; issue 28 point 3), and
+-- how many attempts in a row, just before this one, were released for that already
+-- (runner.condition_sessions_v1 says which sessions are runners' condition sessions).
 SELECT pg_try_advisory_lock(runner.lock_key_v1(%(namespace)s, %(run_id)s)) AS got,
        EXISTS (
            SELECT 1 FROM pg_locks l
            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
              AND ((l.classid::bigint << 32) | l.objid::bigint) = runner.lock_key_v1(%(namespace)s, %(run_id)s)
-             AND l.pid IN (SELECT runner.runner_sessions_v1())) AS by_runner,
+             AND (l.pid IN (SELECT runner.runner_sessions_v1())
+                  OR l.pid IN (SELECT runner.condition_sessions_v1()))) AS by_runner,
        (SELECT count(*) FROM runner.attempts a
         WHERE a.run_id = %(run_id)s AND a.fence < %(fence)s
           AND a.status = 'released' AND a.error_class = 'runner.LockBusy'

@@ -65,6 +65,9 @@ WITH held AS MATERIALIZED (
     SELECT h.pid, array_agg(h.run_id ORDER BY h.run_id) AS run_ids
     FROM held h
     WHERE h.pid NOT IN (SELECT runner.runner_sessions_v1())
+      -- a runner's condition session inside an evaluation lets go within 3 s by itself, and
+      -- its evaluation must end to flag the condition (runner.condition_sessions_v1)
+      AND h.pid NOT IN (SELECT runner.condition_sessions_v1())
     GROUP BY h.pid
 )
 SELECT s.pid, s.run_ids, a.usename, a.application_name

@@ -1,0 +1,59 @@
+"""Issue 28, point 3: a pause condition held run lock keys unseen. A condition that took the
+next 300 run keys with pg_try_advisory_xact_lock for 0.9 s every 5 s made runs of an
+unrelated job end dead (LockUnavailable), and was never flagged: its locks went with the
+savepoint's rollback before they were counted.
+
+The attack again, in both forms (transaction-level and session-level locks), against a real
+``runner start`` logged in as a worker (the production shape: it may not end the condition
+session as a squatter): the condition is flagged (the plan pauses: it took advisory locks),
+and the runs of the unrelated job whose claim met a key the condition held are released
+uncounted and run a moment later: none fails for it, none ends dead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.security.test_pause_condition import evaluated, make_plan, runner
+from tests.support import assert_ledger_clean, eventually, rows, scalar
+
+HOLD = 0.7  # seconds the condition holds the keys (its statement timeout is 1 s)
+
+
+def next_run_keys(lock: str) -> str:
+    """A condition that takes the keys of the next 300 runs with ``lock``, then holds them."""
+    return ("WITH taken AS MATERIALIZED ("
+            f" SELECT count(*) FILTER (WHERE {lock}(runner.lock_key_v1(21077, k)) IS NOT NULL) AS n"
+            " FROM generate_series((SELECT max(id) + 1 FROM runner.job_runs),"
+            "                      (SELECT max(id) + 300 FROM runner.job_runs)) AS k),"
+            f" slept AS MATERIALIZED (SELECT pg_sleep({HOLD}) AS z FROM taken)"
+            " SELECT (SELECT n FROM taken) < 0 FROM slept")
+
+
+@pytest.mark.parametrize("lock", ["pg_try_advisory_xact_lock", "pg_advisory_lock"])
+def test_a_condition_holding_run_keys_is_flagged_and_kills_no_run(
+        db_url: str, db_roles: Any, tmp_path: Path, lock: str) -> None:
+    db_roles.apply(db_url)
+    worker = db_roles.url(db_url, "worker")
+    with runner(worker, tmp_path):
+        plan_id = make_plan(db_url, next_run_keys(lock))
+        status, reason = evaluated(db_url, plan_id, times=2)
+        # the runs whose claim met a held key were released and are claimed again meanwhile
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'tick'"
+                                          " AND status IN ('pending', 'failed') AND fence > 1") == 0,
+                   timeout=30, message="the released runs ran again")
+    assert status == "paused", (status, reason)
+    assert reason is not None and reason.startswith("pause_when failed: "), reason
+    assert "advisory lock" in reason, reason
+    # the attack met the runs (else this test proves nothing) ...
+    met = rows(db_url, "SELECT a.status, a.error_class FROM runner.attempts a JOIN runner.job_runs r"
+                       " ON r.id = a.run_id WHERE r.job_name = 'tick' AND a.status NOT IN ('succeeded', 'running')")
+    assert ("released", "runner.LockBusy") in met, met
+    # ... and none of them failed or died for it
+    assert [m for m in met if m[0] != "released"] == [], met
+    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'tick'"
+                          " AND status IN ('dead', 'failed')") == 0
+    assert scalar(db_url, "SELECT count(*) FROM runner.attempts WHERE error_class = 'runner.LockUnavailable'") == 0
+    assert_ledger_clean(db_url)
