@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import actions, audit, backfill, lanes, ledger, migrate, operate
+from runner import actions, audit, backfill, copies, lanes, ledger, migrate, operate
 from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 from runner.errors import JobDefinitionError, JobRetired
 from runner.loader import load_app
@@ -527,7 +527,10 @@ def check(
     with _errors():
         _, conn = _open_ledger(database_url)
         rows = audit.violations(conn, since=started)
+        copied = ledger.ledger_copy(conn)
         conn.close()
+    if copied:  # not an invariant of the ledger, but what its runners do with it (runner/copies.py)
+        _say(f"note: {copied}", err=True)
     if as_json:
         _print_json(rows)
     elif rows:
@@ -1485,3 +1488,37 @@ def lane_set(
               f"rate {'none' if done['rate'] is None else format(done['rate'], 'g') + '/s'}")
     _say(f"lane {done['lane']} {'added' if done['created'] else 'changed'}: rank {done['rank']}, {limits}; "
          f"request {done['request_id']}")
+
+
+# -- a copied ledger (runner/copies.py) ------------------------------------------------
+
+
+@db_app.command("adopt")
+@_dispatches("adopt")
+def db_adopt(reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+             database_url: DbOpt = None) -> None:
+    """Adopt a copied ledger (restored into another database or cluster): its runners then run
+    the backfill plans, catch-up, retries and takeovers they hold (runner/copies.py), audited."""
+    why = _reason(reason)
+    params = _params("adopt")
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        plan: copies.AdoptPlan = actions.plan(conn, "adopt", params)
+        if plan.refusal:
+            fail(plan.refusal)
+        if not as_json:
+            _say(plan.copy["detail"])
+            _say(f"runners will go on with {_plural(plan.plans_running, 'backfill plan')} not finished, "
+                 f"{_plural(plan.runs_queued, 'run')} queued or failed and "
+                 f"{_plural(plan.runs_running, 'run')} running (taken over where their owner is not "
+                 f"here); {_plural(plan.instances, 'instance row')} of runners not connected here "
+                 "will be marked stopped")
+        _confirm("Adopt this copy as a ledger of its own?", yes)
+        done = actions.act(conn, "adopt", plan, params, by, why)
+        conn.close()
+    if as_json:
+        _print_value({**plan.shown(), **done})
+    else:
+        _say(f"ledger adopted: database {plan.copy['database_name']} (oid {plan.copy['database_oid']}) of "
+             f"cluster {plan.copy['system_identifier']}; {_plural(done['instances_stopped'], 'instance row')} "
+             f"stopped; request {done['request']['id']} by {done['request']['who']}")

@@ -1,0 +1,2 @@
+-- 0008_identity, down
+DROP TABLE IF EXISTS runner.ledger_identity;
