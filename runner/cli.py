@@ -1519,6 +1519,7 @@ def db_adopt(reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: 
     if as_json:
         _print_value({**plan.shown(), **done})
     else:
+        stopped = _plural(done["instances_stopped"], "instance row")
         _say(f"ledger adopted: database {plan.copy['database_name']} (oid {plan.copy['database_oid']}) of "
-             f"cluster {plan.copy['system_identifier']}; {_plural(done['instances_stopped'], 'instance row')} "
-             f"stopped; request {done['request']['id']} by {done['request']['who']}")
+             f"cluster {plan.copy['system_identifier']}; {stopped} stopped; request "
+             f"{done['request']['id']} by {done['request']['who']}")

@@ -138,7 +138,8 @@ def plan_adopt(conn: psycopg.Connection[Any]) -> AdoptPlan:
                      runs_running=row["runs_running"], instances=row["instances"])
 
 
-def adopt(conn: psycopg.Connection[Any], plan: AdoptPlan, reason: str, who: str | None = None) -> dict[str, Any]:
+def adopt(conn: psycopg.Connection[Any], plan: AdoptPlan, reason: str,
+          who: str | None = None) -> dict[str, Any]:
     """Adopt the copy (runner.adopt_ledger_v1): the current identity recorded, the source's
     instance rows stopped, and the runner.requests row, in one transaction."""
     if plan.refusal:
