@@ -600,10 +600,15 @@ def status(
         _, conn = _open_ledger(database_url)
         report = operate.status(conn, runner_app, job)
         conn.close()
+    clock = report.clock
     if as_json:
         _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts,
-                      "backfills": report.backfills})
+                      "backfills": report.backfills, "replica": bool(clock and clock.replica),
+                      "replay_lag_seconds": clock.replay_lag if clock else 0.0})
         return
+    if clock is not None and clock.replica:
+        _say(f"read from a replica: the ledger as of {clock.as_of.isoformat(timespec='seconds')} "
+             f"(replay lag {clock.replay_lag:.0f} s); lag, missing slots and alerts are judged then")
     rows = [{
         "job": r["job_name"],
         "owner": r.get("owner"),
@@ -1347,6 +1352,9 @@ def web(
         min=1, help="failed token checks of all clients per --login-window before 429")] = 100,
     login_window: Annotated[int, typer.Option(
         min=1, help="seconds over which failed token checks count")] = 300,
+    replay_lag_warning: Annotated[float, typer.Option(
+        min=0, help="pages read from a replica warn when its replay is more than this many seconds "
+                    "behind")] = 30.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     shutdown_grace: Annotated[int, typer.Option(
         min=0, max=3600, help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
@@ -1387,7 +1395,8 @@ def web(
             raise ConfigError(str(exc)) from None
         config = replace(config, login_failures_per_client=login_failures_per_client,
                                      login_failures_global=login_failures_global,
-                                     login_window_seconds=float(login_window))
+                                     login_window_seconds=float(login_window),
+                                     replay_lag_warning=replay_lag_warning)
     log = logging.getLogger("runner.web")
     if config.privilege_warning:
         log.warning("privileged login: %s", config.privilege_warning)
