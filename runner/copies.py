@@ -119,7 +119,7 @@ class AdoptPlan:
                 "is; nothing to adopt")
 
     def shown(self) -> dict[str, Any]:
-        return {"copy": self.copy, "plans_running": self.plans_running, "runs_queued": self.runs_queued,
+        return {"identity": self.copy, "plans_running": self.plans_running, "runs_queued": self.runs_queued,
                 "runs_running": self.runs_running, "instances_to_stop": self.instances,
                 "refusal": self.refusal}
 
