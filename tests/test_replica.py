@@ -11,6 +11,7 @@ missing slots growing, lag not growing; the console shows the replay lag with a 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -167,6 +168,11 @@ def test_a_paused_replica_is_judged_as_of_its_replay(cluster: tuple[str, str], t
             assert "late" not in alerts.split("<main>")[1]
             _, headers = get(port, "/api/jobs")
             assert float(headers["x-runner-replay-lag-seconds"]) > 5
+            status = run_cli("status", "--json", url=replica)
+            assert status.returncode == 0, status.stderr
+            report = json.loads(status.stdout)
+            assert report["replica"] and report["replay_lag_seconds"] > 5
+            assert not [a for a in report["alerts"] if a["kind"] == "late"]
             # the lag does not grow while replay stays paused: the same missing slots later
             eventually(lambda: scalar(replica, "SELECT extract(epoch FROM now() - runner.ledger_now_v1())")
                        > lag + 2, timeout=30, message="time passes on the replica")
