@@ -12,6 +12,12 @@ and actions (``--database-url``, which should be a login in the operator role of
 sql/roles.sql: SELECT and the action functions, nothing else). The action pool is not even
 opened when no operator credential is configured.
 
+A replica's pages are judged as of its last replayed commit (runner.ledger_now_v1: the
+views call it instead of now()), so its replay lag never reads as job lag; every page read
+from a replica says so with that instant and the lag in seconds, a warning over
+``--replay-lag-warning``, and API reads carry it in ``X-Runner-Ledger-As-Of`` and
+``X-Runner-Replay-Lag-Seconds`` (``Console.freshness``; one more statement per page).
+
 Every response carries a strict Content-Security-Policy (no inline script or style; nothing
 from elsewhere), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'``, ``nosniff`` and
 ``no-store``. Templates are autoescaped: names, partition keys, errors and reasons from the
