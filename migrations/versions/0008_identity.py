@@ -5,7 +5,7 @@ on its source's plans). Expand only.
 Never edited once merged (tests/test_migrations.py holds the checksum of every schema step).
 
 Revision ID: 0008_identity
-Revises: 0005_plans
+Revises: 0006_websessions
 Create Date: 2026-12-03
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from runner.sqlfiles import apply_files
 
 revision = "0008_identity"
-down_revision = "0005_plans"
+down_revision = "0006_websessions"
 branch_labels = None
 depends_on = None
 
