@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-from runner import approvals, backfill, lanes, operate, retention
+from runner import approvals, backfill, copies, lanes, operate, retention
 from runner.app import LANE_NAME, JobDef, Runner
 from runner.operate import OperatorError
 
@@ -495,6 +495,15 @@ register(Action(
            help="starts of its queued runs per second across every process (none: no limit)"),
      Param("description", "text", option="--description", help="what the lane is for")),
     _lane_plan, lambda plan, _: plan, _lane_act))
+
+
+# -- adopt a copied ledger -------------------------------------------------------------------------
+
+register(Action(
+    "adopt", "Adopt a copied ledger", "db adopt", (),
+    lambda ctx, _: copies.plan_adopt(ctx.conn),
+    lambda plan, _: plan.shown(),
+    lambda ctx, plan, _, who, reason: copies.adopt(ctx.conn, plan, reason, who)))
 
 
 # -- prune -------------------------------------------------------------------------------------------

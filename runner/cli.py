@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import actions, audit, backfill, lanes, ledger, migrate, operate, pooler
+from runner import actions, audit, backfill, copies, lanes, ledger, migrate, operate, pooler
 from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 from runner.errors import JobDefinitionError, JobRetired
 from runner.loader import load_app
@@ -530,7 +530,10 @@ def check(
     with _errors():
         _, conn = _open_ledger(database_url)
         rows = audit.violations(conn, since=started)
+        copied = ledger.ledger_copy(conn)
         conn.close()
+    if copied:  # not an invariant of the ledger, but what its runners do with it (runner/copies.py)
+        _say(f"note: {copied}", err=True)
     if as_json:
         _print_json(rows)
     elif rows:
@@ -600,10 +603,15 @@ def status(
         _, conn = _open_ledger(database_url)
         report = operate.status(conn, runner_app, job)
         conn.close()
+    clock = report.clock
     if as_json:
         _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts,
-                      "backfills": report.backfills})
+                      "backfills": report.backfills, "replica": bool(clock and clock.replica),
+                      "replay_lag_seconds": clock.replay_lag if clock else 0.0})
         return
+    if clock is not None and clock.replica:
+        _say(f"read from a replica: the ledger as of {clock.as_of.isoformat(timespec='seconds')} "
+             f"(replay lag {clock.replay_lag:.0f} s); lag, missing slots and alerts are judged then")
     rows = [{
         "job": r["job_name"],
         "owner": r.get("owner"),
@@ -1355,6 +1363,9 @@ def web(
         min=1, help="failed token checks of all clients per --login-window before 429")] = 100,
     login_window: Annotated[int, typer.Option(
         min=1, help="seconds over which failed token checks count")] = 300,
+    replay_lag_warning: Annotated[float, typer.Option(
+        min=0, help="pages read from a replica warn when its replay is more than this many seconds "
+                    "behind")] = 30.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
     shutdown_grace: Annotated[int, typer.Option(
         min=0, max=3600, help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
@@ -1403,7 +1414,8 @@ def web(
             raise ConfigError(str(exc)) from None
         config = replace(config, login_failures_per_client=login_failures_per_client,
                                      login_failures_global=login_failures_global,
-                                     login_window_seconds=float(login_window), allowed_hosts=hosts)
+                                     login_window_seconds=float(login_window), allowed_hosts=hosts,
+                                     replay_lag_warning=replay_lag_warning)
     log = logging.getLogger("runner.web")
     if config.privilege_warning:
         log.warning("privileged login: %s", config.privilege_warning)
@@ -1509,3 +1521,38 @@ def lane_set(
               f"rate {'none' if done['rate'] is None else format(done['rate'], 'g') + '/s'}")
     _say(f"lane {done['lane']} {'added' if done['created'] else 'changed'}: rank {done['rank']}, {limits}; "
          f"request {done['request_id']}")
+
+
+# -- a copied ledger (runner/copies.py) ------------------------------------------------
+
+
+@db_app.command("adopt")
+@_dispatches("adopt")
+def db_adopt(reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
+             database_url: DbOpt = None) -> None:
+    """Adopt a copied ledger (restored into another database or cluster): its runners then run
+    the backfill plans, catch-up, retries and takeovers they hold (runner/copies.py), audited."""
+    why = _reason(reason)
+    params = _params("adopt")
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        plan: copies.AdoptPlan = actions.plan(conn, "adopt", params)
+        if plan.refusal:
+            fail(plan.refusal)
+        if not as_json:
+            _say(plan.copy["detail"])
+            _say(f"runners will go on with {_plural(plan.plans_running, 'backfill plan')} not finished, "
+                 f"{_plural(plan.runs_queued, 'run')} queued or failed and "
+                 f"{_plural(plan.runs_running, 'run')} running (taken over where their owner is not "
+                 f"here); {_plural(plan.instances, 'instance row')} of runners not connected here "
+                 "will be marked stopped")
+        _confirm("Adopt this copy as a ledger of its own?", yes)
+        done = actions.act(conn, "adopt", plan, params, by, why)
+        conn.close()
+    if as_json:
+        _print_value({**plan.shown(), **done})
+    else:
+        stopped = _plural(done["instances_stopped"], "instance row")
+        _say(f"ledger adopted: database {plan.copy['database_name']} (oid {plan.copy['database_oid']}) of "
+             f"cluster {plan.copy['system_identifier']}; {stopped} stopped; request "
+             f"{done['request']['id']} by {done['request']['who']}")

@@ -107,6 +107,33 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """The server's clock and the ledger's: on a replica that lags, the ledger is as of its
+    last replayed commit (runner.ledger_now_v1), earlier than the server's now."""
+
+    db_now: datetime
+    as_of: datetime
+    replica: bool
+
+    @property
+    def replay_lag(self) -> float:
+        """Seconds the ledger is behind the server's clock (0 on a primary)."""
+        return max(0.0, (self.db_now - self.as_of).total_seconds())
+
+
+def ledger_clock(conn: psycopg.Connection[Any]) -> Clock:
+    row = conn.execute(Q["ledger_clock"]).fetchone()
+    assert row is not None
+    return Clock(db_now=_utc(row[0]), as_of=_utc(row[1]), replica=bool(row[2]))
+
+
+def ledger_copy(conn: psycopg.Connection[Any]) -> str | None:
+    """Why this ledger is an unadopted copy of another (runner.ledger_copy_v1), or None."""
+    row = conn.execute(Q["ledger_copy"]).fetchone()
+    return str(row[1]) if row is not None and row[0] else None
+
+
+@dataclass(frozen=True)
 class Definition:
     """What ``runner.sync_schedule_v1`` answered for one job's schedule (runner/history.py):
     this definition's fingerprint and label, the fingerprint the history holds now, whether

@@ -59,8 +59,8 @@ from uuid import uuid4
 
 import psycopg
 
-from runner import __version__, conditions, gapscan, history, ledger, pooler, retention
-from runner.duties import Duties, Duty, on_own_connection
+from runner import __version__, conditions, copies, gapscan, history, ledger, pooler, retention
+from runner.duties import Duties, Duty, Maintenance, on_own_connection
 from runner.events import event
 from runner.jobs import JobDef, JobSource
 from runner.ledger import ClaimedRun, Owner
@@ -128,6 +128,9 @@ class Worker:
                                  self.claims.slot_within)
         self.beats = Beats(jobs, owner, self.session, self.attempts)
         self.instance_beat = InstanceBeat(config, owner, self.session)
+        # a ledger copied from another database or cluster: the source's work held until an
+        # operator adopts it (runner/copies.py)
+        self.copy = copies.Hold(self.session.conn, self._adopted)
         self.duties = self._make_duties()
 
     @property
@@ -145,6 +148,7 @@ class Worker:
         except BaseException:
             self.session.abandon()
             raise
+        self.copy.check()  # a copy: say it now; the duties of copies.HELD_DUTIES wait for adoption
         # the schedule history is appended only if no live runner runs the definition it
         # holds (runner/history.py); each job's definition is recorded with this instance
         definitions: dict[str, ledger.Definition] = {}
@@ -261,26 +265,36 @@ class Worker:
         Lanes (runner/lanes.py): each served lane has its own handler slots, so these duties
         order the claims (realtime > correction > manual > bulk) without one lane taking
         another's threads; while live claims wait here, no other lane claims anything;
-        8. ``beats``, ``instance_beat``, ``history`` (every instance heartbeat), ``clock``:
+        While the ledger is a copy not yet adopted (runner/copies.py), the misfire, takeover,
+        retries and lane duties do nothing: the source's work waits for an operator;
+        8. ``beats``, ``instance_beat``, ``copy`` (while held, the ledger's identity read again
+           every few seconds), ``history`` (every instance heartbeat), ``clock``:
            liveness, this runner's schedule definitions re-asserted in the history
            (runner/history.py), the database clock's offset;
         9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
         """
         poll = self.config.poll_interval
         claims = self.claims
+
+        def held(service: Maintenance) -> Duty:
+            # nothing while the ledger is an unadopted copy (runner/copies.py)
+            assert service.name in copies.HELD_DUTIES, service.name
+            return Duty(service.name, self.copy.guard(service.run_once), service.every)
+
         return Duties([
             Duty("timeouts", self.executor.enforce_timeouts),
             Duty("fan_out", claims.fan_out),
             Duty("steal", claims.steal),
             Duty("claims", claims.claim_free),
-            Duty.of(self.misfires),
+            held(self.misfires),
             Duty("requeue_waiting", claims.requeue_waiting, every=poll),
             Duty("shares", claims.refresh_shares, every=poll),
-            Duty.of(self.takeover),
-            Duty.of(self.retries),
-            Duty.of(self.lane),
+            held(self.takeover),
+            held(self.retries),
+            held(self.lane),
             Duty.of(self.beats),
             Duty.of(self.instance_beat),
+            Duty.of(self.copy),
             # this runner's schedule definitions back in the history once no live runner runs
             # the one it holds (runner/history.py)
             Duty("history", self._reassert_history, every=self.config.instance_heartbeat),
@@ -290,6 +304,12 @@ class Worker:
 
     def _reassert_history(self) -> None:
         history.run_once(self.session.conn(), self.owner, self.jobs, 3 * self.config.instance_heartbeat)
+
+    def _adopted(self) -> None:
+        """The copy was adopted (runner db adopt): the held duties go on at the next tick."""
+        for name in copies.HELD_DUTIES:
+            self.duties[name].soon()
+        self._wake.set()
 
     def _duty_failed(self, name: str) -> None:
         self.metrics.of(self.metrics.duty_failures, name).inc()

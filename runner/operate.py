@@ -110,9 +110,12 @@ def as_json(value: Any) -> Jsonb:
 class StatusReport:
     jobs: list[dict[str, Any]]  # runner.job_health rows, plus missing and next_slot
     alerts: list[dict[str, Any]]  # runner.alerts rows
-    now: datetime  # the database clock the report was made at
+    now: datetime  # the ledger's clock the report was made at (runner.ledger_now_v1)
     # runner.backfill_plans rows (revision 0013_verify): plans not finished or finished in 24 h
     backfills: list[dict[str, Any]] = field(default_factory=list)
+    # the server's clock and the ledger's: on a lagging replica the report is as of the
+    # ledger's (its last replayed commit), so lag and alerts are not the replay lag
+    clock: ledger.Clock | None = None
 
 
 def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
@@ -125,7 +128,8 @@ def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
     leaves the alerts out (the console's Jobs page counts them per job instead),
     ``with_backfills=False`` the backfill plans. The schema is this runner's head (callers
     check it), so every relation read here exists."""
-    now = ledger.db_now(conn)
+    clock = ledger.ledger_clock(conn)
+    now = clock.as_of
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(Q["job_health"], {"job_name": job_name})
         columns = [c.name for c in cur.description or ()]
@@ -143,7 +147,7 @@ def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
     alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name}) if with_alerts else []
     plans = (ledger.dict_rows(conn, Q["backfill_plans"], {"job_name": job_name})
              if with_backfills else [])
-    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans)
+    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans, clock=clock)
 
 
 # -- rerun ------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ BEGIN
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
                             'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1', 'sync_schedule_v1',
-                            'plan_range_v1')
+                            'plan_range_v1', 'adopt_ledger_v1')
         ORDER BY 1
     LOOP
         -- prune_v1 (retention, revision 0009) to both: the runners' background duty and

@@ -120,9 +120,28 @@ postgresql_server = factories.postgresql_noproc(
 postgresql = factories.postgresql("postgresql_server")
 
 
+# A database cloned from the migrated template is a copy of it (runner/copies.py: a new
+# database oid), and its runners would hold plans, catch-up, retries and takeovers until
+# adopted. The template holds no work, so each clone records its own identity at once, as a
+# fresh migration would (tests/test_copies.py clones without this).
+OWN_IDENTITY = """
+UPDATE runner.ledger_identity SET system_identifier = c.system_identifier, database_oid = d.oid,
+       database_name = d.datname
+FROM pg_control_system() c, pg_database d
+WHERE d.datname = current_database()
+"""
+
+
+def own_identity(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(OWN_IDENTITY)
+
+
 @pytest.fixture
 def db_url(postgresql: psycopg.Connection[Any]) -> str:
     """A fresh database cloned from the migrated template (conninfo string)."""
+    postgresql.execute(OWN_IDENTITY)
+    postgresql.commit()
     return url_for(postgresql.info.dbname)
 
 
@@ -135,6 +154,7 @@ def shared_db_url(postgresql_server: Any) -> Iterator[str]:
     )
     janitor.drop()
     with janitor:
+        own_identity(url_for(f"runner_test_shared_{os.getpid()}"))
         yield url_for(f"runner_test_shared_{os.getpid()}")
 
 

@@ -57,7 +57,8 @@ def test_the_order_is_the_documented_one(db_url: str) -> None:
     worker = Worker(app, db_url)
     names = [d.name for d in worker.duties.order]
     assert names == ["timeouts", "fan_out", "steal", "claims", "misfire", "requeue_waiting", "shares",
-                     "takeover", "retries", "lane", "beats", "instance_beat", "history", "clock", "prepare"]
+                     "takeover", "retries", "lane", "beats", "instance_beat", "copy", "history", "clock",
+                     "prepare"]
     doc = Worker._make_duties.__doc__ or ""
     positions = [doc.index(f"``{n}``") for n in names]
     assert positions == sorted(positions), "the docstring lists the duties in another order"

@@ -58,7 +58,7 @@ from hypothesis.stateful import (
 )
 from psycopg import sql
 
-from tests.conftest import url_for
+from tests.conftest import OWN_IDENTITY, url_for
 from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
 
 pytestmark = pytest.mark.slow
@@ -244,6 +244,7 @@ class LoopModel(RuleBasedStateMachine):
                 sql.Identifier(self.dbname), sql.Identifier(self.template)))
         self.url = url_for(self.dbname)
         with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(OWN_IDENTITY)  # a clone of the template, not a copy to adopt (conftest)
             conn.execute(MODEL_SCHEMA)
         self.dir = self.workdir / f"example-{self.n}"
         self.dir.mkdir(parents=True)

@@ -16,7 +16,7 @@ import pytest
 from psycopg.rows import dict_row
 from pytest_postgresql.janitor import DatabaseJanitor
 
-from tests.conftest import SERVER, url_for
+from tests.conftest import SERVER, own_identity, url_for
 from tests.support import ROOT, RunnerProcess, eventually, run_cli, scalar
 
 HEADING = "## On call: ten questions, ten queries"
@@ -112,6 +112,7 @@ def readonly_url(postgresql_server: Any, db_roles: Any, tmp_path_factory: pytest
     janitor.drop()
     with janitor:
         url = url_for(name)
+        own_identity(url)  # a clone of the template, not a copy to adopt (conftest)
         log = Path(tmp_path_factory.mktemp("recipes")) / "runner.log"
         proc = RunnerProcess("tests/apps/operators.py:app", url, "--poll-interval", "0.2", log=log)
         try:

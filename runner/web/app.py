@@ -18,6 +18,12 @@ most 64 KiB, counted as it arrives (413 otherwise, nothing buffered beyond the l
 session cookie is checked against the ledger's ended sessions (logout) on a pool of its own
 on ``--database-url`` (runner/web/auth.py says why).
 
+A replica's pages are judged as of its last replayed commit (runner.ledger_now_v1: the
+views call it instead of now()), so its replay lag never reads as job lag; every page read
+from a replica says so with that instant and the lag in seconds, a warning over
+``--replay-lag-warning``, and API reads carry it in ``X-Runner-Ledger-As-Of`` and
+``X-Runner-Replay-Lag-Seconds`` (``Console.freshness``; one more statement per page).
+
 Every response carries a strict Content-Security-Policy (no inline script or style; nothing
 from elsewhere), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'``, ``nosniff`` and
 ``no-store``. Templates are autoescaped: names, partition keys, errors and reasons from the
@@ -52,7 +58,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runner import operate
+from runner import ledger, operate
 from runner.actions import parse_time
 from runner.app import Runner
 from runner.settings import redact
@@ -90,6 +96,8 @@ class WebConfig:
     login_failures_per_client: int = 10
     login_failures_global: int = 100
     login_window_seconds: float = 300.0
+    # seconds of replay lag over which the pages read from a replica carry a warning
+    replay_lag_warning: float = 30.0
     # the names this console answers to (RequestGuard); ``runner web`` adds its listen address
     # and --allowed-host
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
@@ -375,6 +383,16 @@ class Console:
 
     # -- rendering ---------------------------------------------------------------------------
 
+    def freshness(self, clock: ledger.Clock) -> dict[str, Any] | None:
+        """What every page says of the ledger it read: nothing on a primary; on a replica, the
+        instant it is judged at (runner.ledger_now_v1) and its replay lag, a warning over
+        ``replay_lag_warning`` seconds."""
+        if not clock.replica:
+            return None
+        return {"as_of": clock.as_of, "lag": round(clock.replay_lag),
+                "warn": clock.replay_lag > self.config.replay_lag_warning,
+                "threshold": self.config.replay_lag_warning}
+
     def render(self, request: Request, name: str, user: User | None, status: int = 200,
                **context: Any) -> HTMLResponse:
         csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf_token()
@@ -494,11 +512,12 @@ def create_app(config: WebConfig) -> Starlette:
                     "?" + request.url.query if request.url.query else "")), status_code=303)
             try:
                 data = await run_in_threadpool(getters[name], request)
+                clock = await run_in_threadpool(console.read, ledger.ledger_clock)
             except EXPECTED as exc:
                 return console.render(request, "error.html", user, status=_status_of(exc),
                                       message=_error_text(exc))
             return console.render(request, template, user, page=name, data=data,
-                                  params=dict(request.query_params))
+                                  params=dict(request.query_params), freshness=console.freshness(clock))
         return endpoint
 
     async def login_form(request: Request) -> Response:
@@ -602,9 +621,13 @@ def create_app(config: WebConfig) -> Starlette:
                 return _api_error(401, "authentication required: Authorization: Bearer <token>")
             try:
                 data = await run_in_threadpool(getters[name], request)
+                clock = await run_in_threadpool(console.read, ledger.ledger_clock)
             except EXPECTED as exc:
                 return _api_error(_status_of(exc), _error_text(exc))
-            return JSONResponse(jsonable(data))
+            # the instant the answer is judged at, and how far a replica's replay is behind
+            return JSONResponse(jsonable(data), headers={
+                "x-runner-ledger-as-of": clock.as_of.isoformat(),
+                "x-runner-replay-lag-seconds": f"{clock.replay_lag:.3f}"})
         return endpoint
 
     def api_action(name: str | None = None) -> Callable[[Request], Awaitable[Response]]:

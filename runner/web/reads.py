@@ -289,7 +289,7 @@ def verification(detail: Any) -> dict[str, Any] | None:
 def backfills(conn: psycopg.Connection[Any], job_name: str | None = None, limit: int = 100) -> dict[str, Any]:
     """The Backfills page: the plans (``runner backfill list``) with progress, rate and each
     verification kind's outcome."""
-    now = ledger.db_now(conn)
+    now = ledger.ledger_clock(conn).as_of
     plans = backfill.list_plans(conn, job_name, None, limit)
     for p in plans:
         finished = p["succeeded"] + p["other"]
@@ -302,7 +302,7 @@ def backfills(conn: psycopg.Connection[Any], job_name: str | None = None, limit:
 
 def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
     """A plan (``runner backfill show``): limits, progress, rate, failures, verification."""
-    now = ledger.db_now(conn)
+    now = ledger.ledger_clock(conn).as_of
     try:
         progress = backfill.show(conn, plan_id)
     except operate.OperatorError as exc:

@@ -19,6 +19,11 @@
 -- with pg_signal_backend ended its peers' lock sessions). Instance rows written before 0024
 -- have no login: for them the old rule stands until their runner is replaced.
 --
+-- A runner's lock session is connected to this database (issue 29, point 6): pg_stat_activity
+-- lists every database's sessions, and a ledger copied into another database of the cluster
+-- (pg_restore, CREATE DATABASE ... TEMPLATE) holds its source's instance rows, whose pids are
+-- the source's live runner sessions: without the database they passed for peers here.
+--
 -- Any other session that holds an advisory key of a runner lock namespace is a squatter
 -- (an application sharing RUNNER_LOCK_NAMESPACE, or a hostile login: any role that can
 -- connect can take any key): the takeover duty ends it where its role may and runner.alerts
@@ -32,7 +37,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT i.backend_pid
     FROM runner.instances i
-    JOIN pg_stat_activity a ON a.pid = i.backend_pid
+    JOIN pg_stat_activity a ON a.pid = i.backend_pid AND a.datname = current_database()
     WHERE i.stopped_at IS NULL
       AND (i.login IS NULL OR a.usesysid = i.login)
       AND (a.backend_start <= i.heartbeat_at OR (a.backend_start IS NULL AND i.login IS NOT NULL))

@@ -13,11 +13,11 @@ SELECT a.moved, a.behind
 FROM runner.advance_watermarks_v2(NULL, NULL, %(max_probes)s::integer, %(tidy)s::boolean) AS a
 
 -- name: list_gaps
--- The gap scan at the database's now(), narrowed to one job and to slots at or after `since`
+-- The gap scan at the ledger's now (runner.ledger_now_v1(): a replica's last replayed commit), narrowed to one job and to slots at or after `since`
 -- inside the scan (cheaper than filtering the view).
 SELECT m.job_name, m.schedule_slot, m.local_slot, m.partition_key, m.state, m.run_id,
        m.attempt, m.next_attempt_at, m.heartbeat_at, m.last_error, m.status_reason,
        m.lateness, m.paused
-FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
+FROM runner.missing_slots_v1(runner.ledger_now_v1(), %(job_name)s::text, %(since)s::timestamptz) m
 ORDER BY m.schedule_slot, m.job_name, m.partition_key NULLS FIRST
 LIMIT %(limit)s

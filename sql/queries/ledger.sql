@@ -4,6 +4,15 @@
 -- name: db_now
 SELECT now() AS db_now
 
+-- name: ledger_clock
+-- The ledger's now (runner.ledger_now_v1(): a replica's last replayed commit, unless it has
+-- replayed all it received) beside the server's, and whether the server is a replica.
+SELECT now() AS db_now, runner.ledger_now_v1() AS as_of, pg_is_in_recovery() AS replica
+
+-- name: ledger_copy
+-- Whether this ledger is a copy of another, not adopted (runner.ledger_copy_v1), and why.
+SELECT c.copied, c.detail FROM runner.ledger_copy_v1() c
+
 -- name: schema_revision
 SELECT version_num FROM runner.alembic_version
 
@@ -348,13 +357,16 @@ VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runn
 -- name: live_instances
 -- The runner processes that share out slots: not stopped, heartbeat fresh, same lock
 -- namespace, and their lock session still connected (a process killed outright loses its
--- session at once, long before its heartbeat ages); with the jobs each serves.
+-- session at once, long before its heartbeat ages); with the jobs each serves. Connected to
+-- this database: the instance rows of a ledger copied from another database of the cluster
+-- name its source's sessions, which are no peers here (issue 29, point 6).
 SELECT i.instance_id, coalesce(i.jobs, '{}') AS jobs
 FROM runner.instances i
 WHERE i.stopped_at IS NULL AND i.lock_namespace = %(namespace)s
   AND i.heartbeat_at > now() - make_interval(secs => %(fresh_for)s)
   AND (i.backend_pid IS NULL
-       OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid))
+       OR EXISTS (SELECT 1 FROM pg_stat_activity a
+                  WHERE a.pid = i.backend_pid AND a.datname = current_database()))
 ORDER BY i.instance_id
 
 -- name: unclaimed_rows

@@ -27,7 +27,7 @@ SELECT p.id, p.job_name, p.status, p.expected_runs, p.done, p.remaining, p.failu
        p.verify_passing, p.verify_kinds, p.finished_at
 FROM runner.backfill_plans p
 WHERE (%(job_name)s::text IS NULL OR p.job_name = %(job_name)s)
-  AND (p.status IN ('planned', 'running', 'paused') OR p.finished_at > now() - interval '24 hours')
+  AND (p.status IN ('planned', 'running', 'paused') OR p.finished_at > runner.ledger_now_v1() - interval '24 hours')
 ORDER BY p.id DESC
 LIMIT 50
 

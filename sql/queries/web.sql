@@ -33,7 +33,7 @@ WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz
 -- The job's expected slots in the window that no run accounts for and that have no run at
 -- all (the gap scan's never_started and fanout_failed), newest first.
 SELECT m.schedule_slot, m.partition_key, m.state, m.last_error
-FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
+FROM runner.missing_slots_v1(runner.ledger_now_v1(), %(job_name)s::text, %(since)s::timestamptz) m
 WHERE m.state IN ('never_started', 'fanout_failed') AND m.schedule_slot <= %(until)s
 ORDER BY m.schedule_slot DESC
 LIMIT %(limit)s
@@ -71,11 +71,11 @@ ORDER BY q.requested_at DESC, q.id DESC
 LIMIT %(limit)s
 
 -- name: gaps
--- The gap scan at the database's now(), narrowed to a job, states and a time range.
+-- The gap scan at the ledger's now (runner.ledger_now_v1(): a replica's last replayed commit), narrowed to a job, states and a time range.
 SELECT m.job_name, m.schedule_slot, m.local_slot, m.partition_key, m.state, m.run_id,
        m.attempt, m.next_attempt_at, m.heartbeat_at, m.last_error, m.status_reason,
        m.lateness, m.paused
-FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
+FROM runner.missing_slots_v1(runner.ledger_now_v1(), %(job_name)s::text, %(since)s::timestamptz) m
 WHERE (%(states)s::text[] IS NULL OR m.state = ANY(%(states)s::text[]))
   AND (%(until)s::timestamptz IS NULL OR m.schedule_slot < %(until)s)
 ORDER BY m.schedule_slot DESC, m.job_name, m.partition_key NULLS FIRST

@@ -18,5 +18,5 @@ FROM (
     JOIN runner.job_runs r ON r.id = a.run_id
     LEFT JOIN runner.alert_jobs job ON job.job_name = r.job_name
     WHERE a.status = 'abandoned'
-      AND a.finished_at >= now() - interval '24 hours'
+      AND a.finished_at >= (SELECT runner.ledger_now_v1()) - interval '24 hours'
 ) AS a (kind, job_name, owner, run_id, detail, since);

@@ -36,7 +36,7 @@ FROM (
         FROM runner.instances i
         CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(i.definitions) = 'object'
                                            THEN i.definitions ELSE '{}'::jsonb END) AS x(key, value)
-        WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
+        WHERE i.stopped_at IS NULL AND i.heartbeat_at > (SELECT runner.ledger_now_v1()) - interval '15 seconds'
           AND i.backend_pid IN (SELECT runner.runner_sessions_v1())
           AND jsonb_typeof(x.value) = 'object'
         GROUP BY x.key, x.value ->> 'fingerprint'

@@ -15,7 +15,7 @@ FROM (
            e.updated_at
     FROM runner.effects e LEFT JOIN runner.alert_jobs job ON job.job_name = e.job_name
     WHERE e.status = 'unknown'
-       OR (e.status = 'sent' AND e.updated_at < now() - interval '5 minutes'
+       OR (e.status = 'sent' AND e.updated_at < (SELECT runner.ledger_now_v1()) - interval '5 minutes'
            AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
                            WHERE r.id = e.run_id AND r.status = 'running'))
 ) AS a (kind, job_name, owner, run_id, detail, since);

@@ -30,10 +30,10 @@ FROM (
     ) defined ON defined.job_name = job.job_name
     CROSS JOIN LATERAL (SELECT greatest(job.synced_at, job.in_code_at, defined.at) AS at) seen
     WHERE job.retired_at IS NULL
-      AND seen.at + limits.after < now()
+      AND seen.at + limits.after < (SELECT runner.ledger_now_v1())
       AND EXISTS (SELECT 1 FROM runner.instances i
-                  WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds')
+                  WHERE i.stopped_at IS NULL AND i.heartbeat_at > (SELECT runner.ledger_now_v1()) - interval '15 seconds')
       AND NOT EXISTS (SELECT 1 FROM runner.instances i
-                      WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
+                      WHERE i.stopped_at IS NULL AND i.heartbeat_at > (SELECT runner.ledger_now_v1()) - interval '15 seconds'
                         AND i.jobs @> ARRAY[job.job_name])
 ) AS a (kind, job_name, owner, run_id, detail, since);

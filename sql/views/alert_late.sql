@@ -24,11 +24,11 @@ FROM (
                        -- now - grace; in microseconds, exact (to_timestamp(0), not a timestamptz
                        -- literal: a view keeps a literal as text in the creating session's zone)
                        to_timestamp(0) + interval '1 microsecond' * (
-                           floor(extract(epoch FROM now() - job.grace)
+                           floor(extract(epoch FROM (SELECT runner.ledger_now_v1()) - job.grace)
                                  / extract(epoch FROM job.every_interval))
                            * extract(epoch FROM job.every_interval) * 1000000)::bigint
                    ELSE (SELECT max(r.schedule_slot) FROM runner.job_runs r
-                         WHERE r.job_name = job.job_name AND r.schedule_slot <= now() - job.grace)
+                         WHERE r.job_name = job.job_name AND r.schedule_slot <= (SELECT runner.ledger_now_v1()) - job.grace)
                END AS slot
     ) s
     CROSS JOIN LATERAL (

@@ -37,11 +37,11 @@ FROM (
         SELECT max(s.finished_at - s.started_at) AS longest
         FROM runner.job_runs s
         WHERE s.job_name = job.job_name AND s.status = 'succeeded'
-          AND s.finished_at >= now() - interval '24 hours'
+          AND s.finished_at >= (SELECT runner.ledger_now_v1()) - interval '24 hours'
     ) day
     JOIN LATERAL (
         SELECT r.id, r.schedule_slot, r.partition_key, r.status, r.started_at,
-               now() - r.started_at AS duration
+               (SELECT runner.ledger_now_v1()) - r.started_at AS duration
         FROM runner.job_runs r
         WHERE r.job_name = job.job_name AND r.status = 'running'
         UNION ALL
@@ -49,7 +49,7 @@ FROM (
                r.finished_at - r.started_at
         FROM runner.job_runs r
         WHERE r.job_name = job.job_name AND r.status = 'succeeded'
-          AND r.finished_at >= now() - interval '24 hours'
+          AND r.finished_at >= (SELECT runner.ledger_now_v1()) - interval '24 hours'
           AND day.longest > p.threshold
     ) c ON c.duration > p.threshold
 ) AS a (kind, job_name, owner, run_id, detail, since);

@@ -26,5 +26,5 @@ FROM (
     WHERE job.stale_after IS NOT NULL
       AND NOT job.paused
       AND job.retired_at IS NULL
-      AND coalesce(ls.finished_at, job.first_registered_at) + job.stale_after < now()
+      AND coalesce(ls.finished_at, job.first_registered_at) + job.stale_after < (SELECT runner.ledger_now_v1())
 ) AS a (kind, job_name, owner, run_id, detail, since);

@@ -61,6 +61,10 @@
 --              uses its default instead (24 hours), so a typo never makes this view fail;
 --              the detail names the setting and its value (quoted, cut at 200 characters)
 --              (revision 0023_settings)
+--   copied_ledger     this ledger is a copy (pg_restore or CREATE DATABASE ... TEMPLATE into
+--              another database, a restore into another cluster: runner.ledger_copy_v1, revision
+--              0007_identity) that no operator adopted: its runners hold the source's backfill
+--              plans, catch-up, retries and takeovers until `runner db adopt --reason R`
 --
 -- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
 -- retirement are not expected; their dead runs still alert.
@@ -96,4 +100,6 @@ SELECT * FROM runner.alert_misfire_tier
 UNION ALL
 SELECT * FROM runner.alert_definition_conflict
 UNION ALL
-SELECT * FROM runner.alert_bad_setting;
+SELECT * FROM runner.alert_bad_setting
+UNION ALL
+SELECT * FROM runner.alert_copied_ledger;

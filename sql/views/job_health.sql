@@ -57,7 +57,7 @@ WITH gaps AS MATERIALIZED (
     -- it recorded, above it the slots expanded since, and its runs not accounting for a slot
     SELECT m.job_name, count(*) AS missing,
            min(m.schedule_slot) FILTER (WHERE m.state IN ('never_started', 'fanout_failed')) AS oldest
-    FROM runner.missing_slots_v1(now(), only_job) m
+    FROM runner.missing_slots_v1((SELECT runner.ledger_now_v1()), only_job) m
     GROUP BY m.job_name
 )
 SELECT j.job_name,
@@ -75,7 +75,7 @@ SELECT j.job_name,
        day.failed AS failed_24h,
        day.dead AS dead_24h,
        uf.oldest AS oldest_unfinished_slot,
-       coalesce(now() - least(uf.oldest, ms.oldest), interval '0') AS lag,
+       coalesce((SELECT runner.ledger_now_v1()) - least(uf.oldest, ms.oldest), interval '0') AS lag,
        j.retired_at,
        ms.oldest AS oldest_missing_slot,
        coalesce(ms.missing, 0) AS missing
@@ -108,20 +108,20 @@ LEFT JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT (SELECT count(*) FROM runner.job_runs r
             WHERE r.job_name = j.job_name AND r.status = 'succeeded'
-              AND r.finished_at >= now() - interval '24 hours') AS succeeded,
+              AND r.finished_at >= (SELECT runner.ledger_now_v1()) - interval '24 hours') AS succeeded,
            (SELECT count(*) FROM runner.job_runs r
             WHERE r.job_name = j.job_name AND r.status = 'failed'
-              AND r.updated_at >= now() - interval '24 hours') AS failed,
+              AND r.updated_at >= (SELECT runner.ledger_now_v1()) - interval '24 hours') AS failed,
            (SELECT count(*) FROM runner.job_runs r
             WHERE r.job_name = j.job_name AND r.status = 'dead'
-              AND r.finished_at >= now() - interval '24 hours') AS dead
+              AND r.finished_at >= (SELECT runner.ledger_now_v1()) - interval '24 hours') AS dead
 ) day
 LEFT JOIN LATERAL (
     SELECT min(r.schedule_slot) AS oldest
     FROM runner.job_runs r
     WHERE r.job_name = j.job_name
       AND r.status IN ('pending', 'running', 'failed')
-      AND r.schedule_slot <= now()
+      AND r.schedule_slot <= (SELECT runner.ledger_now_v1())
 ) uf ON true
 LEFT JOIN gaps ms ON ms.job_name = j.job_name
 $$;

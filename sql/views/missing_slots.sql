@@ -242,4 +242,4 @@ WHERE r.status IN ('dead', 'awaiting_approval')
 $$;
 
 CREATE OR REPLACE VIEW runner.missing_slots AS
-SELECT * FROM runner.missing_slots_v1(now());
+SELECT * FROM runner.missing_slots_v1((SELECT runner.ledger_now_v1()));

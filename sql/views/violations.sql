@@ -7,4 +7,4 @@
 -- It judges every slot since each job's track_from; on a large, old ledger call
 -- runner.check_v1(now(), since => now() - interval '7 days') instead.
 CREATE OR REPLACE VIEW runner.violations AS
-SELECT * FROM runner.check_v1(now());
+SELECT * FROM runner.check_v1((SELECT runner.ledger_now_v1()));

@@ -33,6 +33,8 @@ FORBIDDEN = {
     "write_a_request": "INSERT INTO runner.requests (action, job_name, who, reason)"
                        " VALUES ('pause', 'hello', 'o', 'r')",
     "forge_db_user": "INSERT INTO runner.requests (action, who, reason, db_user) VALUES ('pause', 'x', 'y', 'z')",
+    # the identity changes only through runner.adopt_ledger_v1, audited (issue 29, point 6)
+    "forge_the_identity": "UPDATE runner.ledger_identity SET database_oid = 1",
     "rewrite_a_request": "UPDATE runner.requests SET reason = 'nothing happened'",
     "delete_requests": "DELETE FROM runner.requests",
     "watermarks": "UPDATE runner.gap_watermarks SET complete_through = now()",

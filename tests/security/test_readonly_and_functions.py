@@ -18,7 +18,8 @@ WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "record_replay_pl
                     "plan_range_v1"}  # a plan's range accounted for before it completes (issue 26)
 OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
                       "pause_backfill_v1", "resume_backfill_v1", "cancel_backfill_v1",
-                      "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1"}
+                      "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1",
+                      "adopt_ledger_v1"}  # a copied ledger adopted (issue 29, point 6)
 # retention (revision 0009): the runners' background duty and `runner prune`
 SHARED_FUNCTIONS = {"prune_v1"}
 # the console's logout (0006_websessions): ends one `runner web` session by the hash of its
@@ -44,6 +45,8 @@ READONLY_FORBIDDEN = {
     "insert_a_plan": "INSERT INTO runner.backfills (job_name, range_from, range_to, requested_by, reason)"
                      " VALUES ('hello', now(), now() + interval '1 hour', 'r', 'r')",
     "lock_runs": "SELECT * FROM runner.job_runs FOR UPDATE",
+    "adopt_a_copy": "SELECT * FROM runner.adopt_ledger_v1('r', 'r')",
+    "forge_the_identity": "UPDATE runner.ledger_identity SET database_oid = 1",
 }
 
 

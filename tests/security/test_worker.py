@@ -38,6 +38,11 @@ FORBIDDEN = {
     "delete_runs": "DELETE FROM runner.job_runs",
     "truncate_attempts": "TRUNCATE runner.attempts",
     "write_a_request": "INSERT INTO runner.requests (action, who, reason) VALUES ('rerun', 'w', 'r')",
+    # a copied ledger's hold is the operator's to end (issue 29, point 6): a runner cannot
+    # adopt the copy, nor record its identity as this database's
+    "adopt_a_copy": "SELECT * FROM runner.adopt_ledger_v1('w', 'r')",
+    "record_the_identity": "UPDATE runner.ledger_identity SET database_oid = 1",
+    "replace_the_identity": "DELETE FROM runner.ledger_identity",
     "rewrite_a_request": "UPDATE runner.requests SET reason = 'rewritten'",
     "alembic_version": "UPDATE runner.alembic_version SET version_num = 'x'",
     # an operator's function is not the worker's

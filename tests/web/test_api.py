@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from starlette.testclient import TestClient
 
@@ -592,3 +593,29 @@ def test_the_jobs_page_sorts_by_a_column_either_way_the_unhealthy_first_by_defau
         assert names("?sort=job_name&dir=desc") == sorted(names(""), reverse=True)
         page = client.get("/?sort=job_name&dir=desc", headers=VIEW)
         assert page.status_code == 200 and page.text.index("quiet") < page.text.index("&lt;script&gt;")
+
+
+def test_a_copied_ledger_is_adopted_through_the_console_as_the_operator_login(ledger: Ledger) -> None:
+    """The registry's adopt action (runner db adopt, issue 29 point 6) on the console: the page
+    shows the copy and what adopting lets the runners do, a viewer cannot, an operator's API
+    call records the identity with its request row (as the operator login), and a ledger that
+    is not a copy refuses it, nothing written. The copy is made by recording another database
+    oid, as a restore leaves the source's (tests/test_copies.py restores for real)."""
+    with psycopg.connect(ledger.admin, autocommit=True) as conn:
+        conn.execute("UPDATE runner.ledger_identity SET database_oid = 1, database_name = 'production'")
+    with console(ledger.operator) as client:
+        login(client)
+        page = client.get("/actions/adopt")
+        assert page.status_code == 200 and "this ledger is a copy: it was recorded in database production" \
+            in page.text and 'id="confirm"' in page.text, page.text
+        viewer = client.post("/api/actions/adopt", headers=VIEW, json={"reason": "mine"})
+        assert viewer.status_code == 403
+        done = client.post("/api/actions/adopt", headers=OP, json={"reason": "staging from production"})
+        assert done.status_code == 200, done.text
+        again = client.post("/api/actions/adopt", headers=OP, json={"reason": "twice"})
+        assert again.status_code == 400 and "not a copy" in again.json()["error"]
+    row = requests_rows(ledger.admin)[-1]
+    assert (row["action"], row["who"], row["reason"]) == ("adopt_ledger", "web:operator", "staging from production")
+    assert row["db_user"] == ledger.operator.split("//")[1].split(":")[0]
+    assert row["touched"]["before"]["database_name"] == "production"
+    assert scalar(ledger.admin, "SELECT copied FROM runner.ledger_copy_v1()") is False

@@ -1,0 +1,2 @@
+-- 0007_identity, down
+DROP TABLE IF EXISTS runner.ledger_identity;
