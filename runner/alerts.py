@@ -24,6 +24,7 @@ KINDS: tuple[str, ...] = (
     "misfire_tier",      # missed slots a tier sent to a plan or held, not settled yet
     "definition_conflict",  # live runners run two definitions of one job's schedule
     "bad_setting",       # a setting the alerts read cannot be used
+    "no_runner",         # no live runner for longer than the setting while jobs are due
 )
 
 

@@ -460,9 +460,15 @@ def runs(
     since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
     until: Annotated[str | None, typer.Option(help="slots before (ISO 8601)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    show: Annotated[int | None, typer.Option(
+        "--show", min=1, help="one run in full: its facts, then each attempt with its error, "
+                              "traceback and the handler's last heartbeat")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The ledger's runs, newest slot first."""
+    """The ledger's runs, newest slot first (``--show ID``: one run and its attempts)."""
+    if show is not None:
+        _show_run(show, database_url, as_json)
+        return
     for s in status or []:
         if s not in RUN_STATUSES:
             fail(f"--status must be one of {', '.join(RUN_STATUSES)}; got {s!r}", 2)
@@ -567,6 +573,46 @@ def _confirm(question: str, yes: bool) -> None:
         fail("not confirmed; nothing written")
 
 
+def _show_run(run_id: int, database_url: str | None, as_json: bool) -> None:
+    """``runner runs --show ID``: the run, then each attempt: status, owner, times, the error
+    line, the handler's last heartbeat and the traceback (redacted and bounded when it was
+    recorded: runner/attempt.py), each line escaped like every human-facing line."""
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        found = ledger.dict_rows(conn, Q["show_run"], {"run_id": run_id})
+        attempts = ledger.dict_rows(conn, operate.Q["run_attempts"], {"run_id": run_id}) if found else []
+        conn.close()
+    if not found:
+        fail(f"no run {run_id}")
+    run = found[0]
+    if as_json:
+        _print_value({"run": run, "attempts": attempts})
+        return
+    part = f", partition {run['partition_key']!r}" if run["partition_key"] else ""
+    _say(f"run {run['id']} of job {run['job_name']!r}, slot {_cell(run['schedule_slot'])}{part}: "
+         f"{run['status']} (trigger {run['trigger']}, attempt {run['attempt']}, fence {run['fence']})")
+    _say(f"  business date {run['business_date']}, window {_cell(run['window_start'])} .. "
+         f"{_cell(run['window_end'])}")
+    if run["last_error"]:
+        _say(f"  last error: {run['last_error']}")
+    if not attempts:
+        _say("  no attempts yet")
+    for a in attempts:
+        _say(f"attempt {a['attempt']} (fence {a['fence']}, {a['trigger']}): {a['status']} on "
+             f"{a['owner_host']}:{a['owner_pid']}, started {_cell(a['started_at'])}, finished "
+             f"{_cell(a['finished_at']) if a['finished_at'] else '-'}")
+        if a["error_class"] or a["error_message"]:
+            _say(f"  error: {a['error_class'] or ''}: {a['error_message'] or ''}")
+        beat = a["last_heartbeat"]
+        if beat:
+            _say(f"  last heartbeat of the handler: {beat.get('at')} (processed {beat.get('processed')}, "
+                 f"failed {beat.get('failed')}; {beat.get('beats')} beat(s))")
+        if a["traceback"]:
+            _say("  traceback:")
+            for line in a["traceback"].rstrip("\n").split("\n"):
+                _say(f"    {line}")
+
+
 def _span(value: timedelta | None) -> str:
     if value is None:
         return ""
@@ -599,8 +645,9 @@ def status(
         conn.close()
     if as_json:
         _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts,
-                      "backfills": report.backfills})
+                      "backfills": report.backfills, "runners": report.runners})
         return
+    _say(_runners_line(report.runners))
     rows = [{
         "job": r["job_name"],
         "owner": r.get("owner"),
@@ -629,6 +676,17 @@ def status(
         _print_table("alerts", report.alerts, ["kind", "job_name", "owner", "run_id", "since", "detail"])
     else:
         _say("no alerts")
+
+
+def _runners_line(runners: dict[str, Any]) -> str:
+    """`runner status`'s first line: how many runners are live, and since when none is."""
+    live = runners.get("live") or 0
+    if live:
+        return f"runners: {live} live (runner.instances; the console's Runners page)"
+    if runners.get("last_beat") is None:
+        return "runners: NONE live, and no runner has ever registered with this ledger: nothing runs until `runner start`"
+    return (f"runners: NONE live: the newest heartbeat was {_span(runners.get('since_beat'))} ago "
+            f"({_cell(runners['last_beat'])}); nothing is claimed or run until a `runner start` runs again")
 
 
 def _metrics_session(url: str) -> psycopg.Connection[Any]:

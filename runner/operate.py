@@ -113,6 +113,8 @@ class StatusReport:
     now: datetime  # the database clock the report was made at
     # runner.backfill_plans rows (revision 0013_verify): plans not finished or finished in 24 h
     backfills: list[dict[str, Any]] = field(default_factory=list)
+    # live runner processes and the newest heartbeat of any (``liveness``)
+    runners: dict[str, Any] = field(default_factory=dict)
 
 
 def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
@@ -143,7 +145,15 @@ def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
     alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name}) if with_alerts else []
     plans = (ledger.dict_rows(conn, Q["backfill_plans"], {"job_name": job_name})
              if with_backfills else [])
-    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans)
+    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans, runners=liveness(conn))
+
+
+def liveness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """How many runner processes are live (not stopped, heartbeat within 15 s) and the
+    newest heartbeat of any (``last_beat``, None when no runner ever registered; ``since_beat``
+    its age): `runner status`'s runners line and the console's banner on every page."""
+    [row] = ledger.dict_rows(conn, Q["liveness"], {})
+    return row
 
 
 # -- rerun ------------------------------------------------------------------------------

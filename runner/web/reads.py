@@ -326,3 +326,15 @@ def requests(conn: psycopg.Connection[Any], job_name: str | None = None, before_
     rows = ledger.dict_rows(conn, Q["requests"], {
         "job_name": job_name, "before_id": before_id, "limit": limit})
     return {"requests": rows, "next_before_id": rows[-1]["id"] if len(rows) == limit else None}
+
+
+def runners(conn: psycopg.Connection[Any], limit: int = 200) -> dict[str, Any]:
+    """The Runners page: the runner processes of runner.instances, the live ones first (host,
+    pid, version, lanes, started, last beat, runs in flight, lock session)."""
+    rows = ledger.dict_rows(conn, Q["runners"], {"limit": limit})
+    return {"now": ledger.db_now(conn), "runners": rows, "live": sum(1 for r in rows if r["live"])}
+
+
+def liveness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The banner of every page: live runner processes and the newest heartbeat of any."""
+    return operate.liveness(conn)

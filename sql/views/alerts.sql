@@ -61,6 +61,11 @@
 --              uses its default instead (24 hours), so a typo never makes this view fail;
 --              the detail names the setting and its value (quoted, cut at 200 characters)
 --              (revision 0023_settings)
+--   no_runner         no live runner process (not stopped, heartbeat within 15 s) for longer
+--              than runner.no_runner_after (60 seconds unless set) since the newest runner
+--              heartbeat, while a job that is neither paused nor retired owes slots since
+--              then or runs are queued and due: one row for the ledger, job_name NULL
+--              (revision 0010_watch)
 --
 -- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
 -- retirement are not expected; their dead runs still alert.
@@ -96,4 +101,6 @@ SELECT * FROM runner.alert_misfire_tier
 UNION ALL
 SELECT * FROM runner.alert_definition_conflict
 UNION ALL
-SELECT * FROM runner.alert_bad_setting;
+SELECT * FROM runner.alert_bad_setting
+UNION ALL
+SELECT * FROM runner.alert_no_runner;
