@@ -684,7 +684,8 @@ def _runners_line(runners: dict[str, Any]) -> str:
     if live:
         return f"runners: {live} live (runner.instances; the console's Runners page)"
     if runners.get("last_beat") is None:
-        return "runners: NONE live, and no runner has ever registered with this ledger: nothing runs until `runner start`"
+        return ("runners: NONE live, and no runner has ever registered with this ledger: nothing runs "
+                "until `runner start`")
     return (f"runners: NONE live: the newest heartbeat was {_span(runners.get('since_beat'))} ago "
             f"({_cell(runners['last_beat'])}); nothing is claimed or run until a `runner start` runs again")
 

@@ -3,7 +3,8 @@
 -- counts them) for longer than runner.no_runner_after (an interval setting, 60 seconds
 -- unless set, e.g. ALTER DATABASE app SET runner.no_runner_after = '5 minutes'; a value
 -- runner.interval_setting_v1 cannot use counts as unset) since the newest heartbeat of any
--- runner (since: that heartbeat; no runner ever registered: the first sync of a job), while
+-- runner (since: that heartbeat; no runner ever registered: the first job's
+-- registration), while
 -- work is due: a job that is neither paused nor retired owes a slot since then
 -- (runner.expected_slots_v1, looked at over the last 7 days at most), or a run is queued and
 -- due (pending or failed, next attempt at or before now). One row for the whole ledger
@@ -18,7 +19,7 @@ FROM (
         SELECT d.since,
                coalesce(runner.interval_setting_v1('runner.no_runner_after'), interval '60 seconds') AS after
         FROM (SELECT coalesce((SELECT max(i.heartbeat_at) FROM runner.instances i),
-                              (SELECT min(j.synced_at) FROM runner.jobs j)) AS since) d
+                              (SELECT min(j.first_registered_at) FROM runner.jobs j)) AS since) d
         WHERE d.since IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM runner.instances i
                           WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds')
