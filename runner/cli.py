@@ -57,6 +57,9 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="The runner schema: migrate, show, print SQL.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+embedded_app = typer.Typer(help="The embedded PostgreSQL under ./.runner/ (used when no database is "
+                                  "configured): whether it runs, stop it, delete it.", no_args_is_help=True)
+app.add_typer(embedded_app, name="embedded")
 
 Q = queries("cli")
 
@@ -379,6 +382,70 @@ def start(
         stopping.stop_with(worker.stop)  # a signal during start: run() stops at once
         worker.start()
         worker.run()
+        if choice.embedded:  # the first five minutes: Ctrl-C stopped the runner, not the server
+            _say(f"runner: stopped. The embedded PostgreSQL in {_relative(embedded_home())}/ keeps running "
+                 "(the next command finds the same ledger): `runner embedded stop` stops it, "
+                 "`runner embedded destroy` deletes it and its data", err=True)
+
+
+# -- the embedded server ----------------------------------------------------------------
+
+
+def embedded_home() -> Path:
+    from runner import embedded
+
+    return embedded.home_dir()
+
+
+@embedded_app.command("status")
+def embedded_status(as_json: JsonOpt = False) -> None:
+    """Whether the embedded PostgreSQL of this directory runs, and where its data and log are."""
+    from runner import embedded
+
+    with _errors():
+        info = embedded.describe()
+    if as_json:
+        _print_value(info)
+        return
+    home = _relative(Path(str(info["home"])))
+    if info["pid"] is not None:
+        _say(f"the embedded PostgreSQL in {home}/ is running (pid {info['pid']}); its data: "
+             f"{_relative(Path(str(info['data'])))}, its log: {_relative(Path(str(info['log'])))}")
+    elif info["initialized"]:
+        _say(f"the embedded PostgreSQL in {home}/ is stopped; its data is kept in "
+             f"{_relative(Path(str(info['data'])))} (any runner command starts it again)")
+    else:
+        _say(f"no embedded PostgreSQL in {home}/ (any runner command with no database configured makes one)")
+
+
+@embedded_app.command("stop")
+def embedded_stop() -> None:
+    """Stop the embedded PostgreSQL of this directory; its data is kept."""
+    from runner import embedded
+
+    with _errors():
+        was_running = embedded.stop()
+    home = _relative(embedded_home())
+    _say(f"stopped the embedded PostgreSQL in {home}/ (its data is kept)" if was_running
+         else f"the embedded PostgreSQL in {home}/ was not running")
+
+
+@embedded_app.command("destroy")
+def embedded_destroy(yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False) -> None:
+    """Stop the embedded PostgreSQL of this directory and delete its data: every run, job
+    and request of that ledger."""
+    from runner import embedded
+
+    home = _relative(embedded_home())
+    info = embedded.describe()
+    if not info["initialized"]:
+        _say(f"no embedded PostgreSQL data in {home}/: nothing to delete")
+        return
+    _confirm(f"delete the embedded PostgreSQL in {home}/ and its whole ledger?", yes)
+    with _errors():
+        embedded.destroy()
+    _say(f"deleted the embedded PostgreSQL in {home}/ (the next command with no database configured "
+         "makes a new one)")
 
 
 # -- listings ---------------------------------------------------------------------------
