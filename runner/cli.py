@@ -726,6 +726,8 @@ def status(
         "processed/failed": _counts(r, "last_processed", "last_failed"),
         "24h ok/failed/dead": _counts(r, "succeeded_24h", "failed_24h", "dead_24h"),
         "lag": _span(r.get("lag")),
+        # apart from lag (issue 30): runs of backfill plans and catch-up runs still open
+        "backfill/catch-up open": _counts(r, "backfill_open", "catch_up_open"),
         "missing": r.get("missing"),
         "next slot": r.get("next_slot"),
     } for r in report.jobs]

@@ -10,8 +10,11 @@ SELECT h.job_name, h.owner, h.paused, h.last_success_at, h.last_success_slot,
        h.last_success_business_date, h.last_success_run_id, h.last_slot, h.last_slot_statuses,
        h.last_processed, h.last_failed, h.succeeded_24h, h.failed_24h, h.dead_24h,
        h.oldest_unfinished_slot, h.lag, h.retired_at, h.missing, h.backfill_open,
-       h.backfill_oldest_slot, h.catch_up_open
+       h.backfill_oldest_slot, h.catch_up_open,
+       -- the schedule the ledger holds (the last synced definition): the next slot without --app
+       j.schedule_kind, j.cron, j.every_interval, j.timezone
 FROM runner.job_health_v1(%(job_name)s::text) h
+LEFT JOIN runner.jobs j ON j.job_name = h.job_name
 ORDER BY h.job_name
 
 -- name: alerts

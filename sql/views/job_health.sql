@@ -1,12 +1,11 @@
 -- runner.job_health: one row per registered job, the on-call dashboard (`runner status`).
 -- Plain SQL on the ledger, usable from psql with no runner alive; "now" is the database's.
 --
---   last_success_*          the live schedule's newest success (revision 0010_watch): of the
+--   last_success_*          the live schedule's last success (revision 0010_watch): of the
 --                           job's succeeded runs outside backfill plans (replay_group_id
---                           NULL), the one of the newest slot: when it finished, its slot,
+--                           NULL), the one that completed last: when it finished, its slot,
 --                           business date and id. A backfill of old slots finishing now does
---                           not make "last success" an old slot (before, it was the newest
---                           finished success, whatever its slot)
+--                           not make "last success" an old slot (before, its runs counted)
 --   last_slot               the newest slot of the job in the ledger, and over its runs (one
 --   last_slot_statuses      per partition): their statuses as {"status": count}, and the
 --   last_processed/_failed  sum of their processed and failed counts
@@ -105,11 +104,11 @@ FROM (SELECT o.* FROM runner.jobs o WHERE o.job_name = only_job
       UNION ALL
       SELECT a.* FROM runner.jobs a WHERE only_job IS NULL) j
 LEFT JOIN LATERAL (
-    -- the newest slot's success outside backfill plans (backwards on the business key)
+    -- the last completed success outside backfill plans (on job_runs_succeeded)
     SELECT r.id, r.finished_at, r.schedule_slot, r.business_date
     FROM runner.job_runs r
     WHERE r.job_name = j.job_name AND r.status = 'succeeded' AND r.replay_group_id IS NULL
-    ORDER BY r.schedule_slot DESC, r.finished_at DESC
+    ORDER BY r.finished_at DESC
     LIMIT 1
 ) ls ON true
 LEFT JOIN LATERAL (
