@@ -60,7 +60,7 @@ def test_a_failed_attempt_keeps_its_traceback_and_the_fleet_going_silent_alerts(
         conn.execute("SELECT set_config('runner.no_runner_after', '1 second', false)")
         found = eventually(lambda: no_runner_rows(conn), timeout=30, message="a no_runner alert")
         [(job, run, detail)] = found
-        assert job is None and run is None and "1 job(s) owe slots" in detail
+        assert job is None and run is None and "job 'boom' (and maybe others) owes slots" in detail
         conn.execute("SELECT set_config('runner.no_runner_after', '1 hour', false)")
         assert no_runner_rows(conn) == []  # just short of the threshold: none
     status = run_cli("status", url=db_url)
@@ -78,7 +78,7 @@ def test_no_runner_needs_a_silent_fleet_and_due_work(tx: psycopg.Connection[Any]
     assert no_runner_rows(tx)  # jobs due, no runner ever registered
     instance("2 minutes")
     [(_, _, detail)] = no_runner_rows(tx)
-    assert "1 job(s) owe slots" in detail
+    assert "job 'due' (and maybe others) owes slots" in detail and "0 run(s) queued" in detail
     instance("50 seconds", stopped=True)  # the newest beat 50 s ago: not yet 60 s
     assert no_runner_rows(tx) == []
     tx.execute("DELETE FROM runner.instances")
@@ -87,7 +87,13 @@ def test_no_runner_needs_a_silent_fleet_and_due_work(tx: psycopg.Connection[Any]
     assert no_runner_rows(tx) == []
     tx.execute("DELETE FROM runner.instances")
     instance("2 minutes")
-    tx.execute("UPDATE runner.jobs SET paused = true")  # nothing due
+    # a cron job: its schedule expanded since the last beat
+    tx.execute("UPDATE runner.jobs SET schedule_kind = 'cron', cron = '* * * * *', every_interval = NULL")
+    assert "job 'due'" in no_runner_rows(tx)[0][2]
+    tx.execute("UPDATE runner.jobs SET cron = '0 0 1 1 *'")  # no slot in the last day: not due
+    assert no_runner_rows(tx) == []
+    tx.execute("UPDATE runner.jobs SET schedule_kind = 'every', cron = NULL, every_interval = '1 minute',"
+               " paused = true")  # nothing due
     assert no_runner_rows(tx) == []
 
 

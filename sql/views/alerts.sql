@@ -63,8 +63,9 @@
 --              (revision 0023_settings)
 --   no_runner         no live runner process (not stopped, heartbeat within 15 s) for longer
 --              than runner.no_runner_after (60 seconds unless set) since the newest runner
---              heartbeat, while a job that is neither paused nor retired owes slots since
---              then or runs are queued and due: one row for the ledger, job_name NULL
+--              heartbeat, while a job that is neither paused nor retired has a slot since
+--              then (a cron job: within the last day) or runs are queued and due: one row
+--              for the ledger, job_name NULL
 --              (revision 0010_watch)
 --
 -- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
