@@ -87,7 +87,7 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -227,9 +227,12 @@ class BackfillPlan:
         }
 
 
-def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | None]:
-    """The slot x partitions of ``spec`` by the job's current definition; the slot count;
-    the partitions to store on the plan."""
+def expected_runs(job: JobDef, spec: Spec,
+                  owed: Owed | None = None) -> tuple[Expected, int, list[str] | None]:
+    """The slot x partitions of ``spec``; the slot count; the partitions to store on the plan.
+    With ``owed`` (the ledger's view of the job: :func:`owed_slots`), the slots the job owes
+    by its schedule history where the ledger tracks it, and by its current definition before
+    that; without, by its current definition alone."""
     if spec.range_from >= spec.range_to:
         raise OperatorError(f"--from ({spec.range_from.isoformat()}) must be before --to "
                             f"({spec.range_to.isoformat()})")
@@ -248,6 +251,9 @@ def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | N
         stored = static
     sched = job.schedule
     slots = sched.slots_between(spec.range_from - _EPSILON, spec.range_to - _EPSILON)
+    if owed is not None:
+        slots = [t for t in slots if t < owed.tracked_from] + [
+            t for t in owed.slots if spec.range_from <= t < spec.range_to]
     if not slots:
         raise OperatorError(f"job {job.name!r} has no slot in [{spec.range_from.isoformat()}, "
                             f"{spec.range_to.isoformat()}); nothing to backfill")
@@ -274,6 +280,30 @@ def expected_runs(job: JobDef, spec: Spec) -> tuple[Expected, int, list[str] | N
             raise OperatorError(f"the range holds more than {MAX_EXPECTED_RUNS} slot x partitions: "
                                 "split it into several backfills")
     return out, len(slots), stored
+
+
+@dataclass
+class Owed:
+    """What the ledger says a job owes in a range (:func:`owed_slots`)."""
+
+    tracked_from: datetime  # before it, the ledger expects nothing: the current definition's slots
+    slots: list[datetime]  # from it: runner.expected_slots_v1's, paused ones included
+
+
+def owed_slots(conn: psycopg.Connection[Any], job_name: str, spec: Spec, now: datetime) -> Owed | None:
+    """The slots a backfill of ``spec`` covers where the ledger tracks the job: the ones its
+    schedule history expects (runner.expected_slots_v1, the one definition of *expected*:
+    history rows, tracked, not retired, due; a slot that fell due while the job was paused is
+    owed too, and a backfill is how an operator catches it up). A backfill after a schedule
+    change then runs the old schedule's slots where the old schedule was in force (issue 26:
+    with the current definition it ran slots nobody expected there and left the old ones
+    listed by the gap scan after it completed). None for a job the ledger does not know."""
+    row = conn.execute(Q["track_from"], {"job_name": job_name}).fetchone()
+    if row is None or row[0] is None:
+        return None
+    params = {"job_name": job_name, "range_from": spec.range_from, "range_to": spec.range_to, "now": now}
+    slots = [r[0].astimezone(UTC) for r in conn.execute(Q["owed_slots"], params).fetchall()]
+    return Owed(tracked_from=row[0].astimezone(UTC), slots=slots)
 
 
 def clamp_to_now(spec: Spec, now: datetime) -> tuple[Spec, bool]:
@@ -316,8 +346,9 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
             raise OperatorError(f"--pause-when: {evaluated.error}; nothing written")
         pause_now = evaluated.value
     asked_to = spec.range_to
-    spec, was_clamped = clamp_to_now(spec, now or ledger.db_now(conn))
-    expected, slot_count, stored = expected_runs(job, spec)
+    at = now or ledger.db_now(conn)
+    spec, was_clamped = clamp_to_now(spec, at)
+    expected, slot_count, stored = expected_runs(job, spec, owed_slots(conn, job.name, spec, at))
     clamped = None
     if was_clamped:
         clamped = (f"--to {asked_to.isoformat()} is after now: the range is clamped to "

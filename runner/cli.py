@@ -1453,6 +1453,14 @@ def web(
         help="the pages read from this URL (e.g. a replica); actions always use --database-url")] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8080,
+    unix_socket: Annotated[Path | None, typer.Option(
+        help="listen on this Unix socket instead of --host/--port (for a reverse proxy on this "
+             "machine; needed by --trust-proxy-header)")] = None,
+    unix_socket_mode: Annotated[str, typer.Option(
+        help="the socket's mode: 600 (this account only) or 660 (and its group, e.g. the proxy's)")] = "600",
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        help="a Host name this console answers to (repeatable), besides localhost, 127.0.0.1, ::1 "
+             "and --host; any other Host is refused (421)")] = None,
     token_file: Annotated[Path | None, typer.Option(
         help="tokens: lines NAME ROLE TOKEN (ROLE viewer or operator), or one bare operator token")] = None,
     trust_proxy_header: Annotated[str | None, typer.Option(
@@ -1502,17 +1510,25 @@ def web(
         try:
             creds = credentials(token_file, trust_proxy_header, tuple(proxy_operator or ()), open_reads,
                                 secure_cookies, secret_file=session_secret_file)
+            hosts = web_app.allowed_hosts(None if unix_socket else host, tuple(allowed_host or ()))
         except AuthConfigError as exc:
             raise ConfigError(str(exc)) from None
+        if unix_socket_mode not in ("600", "660"):
+            raise ConfigError(f"--unix-socket-mode must be 600 or 660, got {unix_socket_mode!r}")
+        if creds.proxy_header and unix_socket is None:
+            raise ConfigError("--trust-proxy-header needs --unix-socket: on a TCP port every local process "
+                              "(and anyone who reaches the port) could send the header and be any user")
         runner_app = load_app(app_spec) if app_spec else None
         choice = _resolve_db(database_url)
         try:
             config = web_app.prepare(choice.url, read_database_url, creds, runner_app, check)
+            listener = (web_app.unix_listener(str(unix_socket), int(unix_socket_mode, 8))
+                        if unix_socket is not None else None)
         except AuthConfigError as exc:
             raise ConfigError(str(exc)) from None
         config = replace(config, login_failures_per_client=login_failures_per_client,
                                      login_failures_global=login_failures_global,
-                                     login_window_seconds=float(login_window))
+                                     login_window_seconds=float(login_window), allowed_hosts=hosts)
     log = logging.getLogger("runner.web")
     if config.privilege_warning:
         log.warning("privileged login: %s", config.privilege_warning)
@@ -1521,11 +1537,16 @@ def web(
     if creds.secret_source == "tokens":
         log.info("sessions signed with a key derived from the tokens (set RUNNER_WEB_SESSION_SECRET or "
                  "--session-secret-file to choose it)")
-    if creds.proxy_header and host not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("--trust-proxy-header with --host %s: anyone who reaches this port directly can "
-                    "claim any user; listen on 127.0.0.1 behind the proxy", host)
-    log.info("runner web on http://%s:%s (ledger %s)", host, port, redact(choice.url))
-    if not web_app.serve(web_app.create_app(config), host, port, log_level.lower(), shutdown_grace):
+    if unix_socket is None and host in web_app.WILDCARDS and not allowed_host:
+        log.warning("--host %s: the console answers only to the Host names %s; give --allowed-host with "
+                    "the names its clients use", host, ", ".join(config.allowed_hosts))
+    if listener is not None:
+        log.info("runner web on unix socket %s, mode %s (ledger %s)", unix_socket, unix_socket_mode,
+                 redact(choice.url))
+    else:
+        log.info("runner web on http://%s:%s (ledger %s)", host, port, redact(choice.url))
+    if not web_app.serve(web_app.create_app(config), host, port, log_level.lower(), shutdown_grace,
+                         listener=listener):
         raise typer.Exit(3)  # the server never started: uvicorn has logged why
     log.info("runner web stopped")
 

@@ -45,7 +45,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import IO, Any
 
 import psycopg
@@ -198,9 +197,15 @@ def _sweeps(conn: psycopg.Connection[Any]) -> str | None:
 
 def open_archive(path: str) -> IO[str]:
     """The archive file, appended to (a pass's rows are written before its deletion commits);
-    ArchiveError when it cannot be opened for writing."""
+    ArchiveError when it cannot be opened for writing. It holds whole runs (their errors,
+    their effects' payloads): a file it creates is mode 0600 (whatever the umask), and a
+    symbolic link at ``path`` is never followed (``O_NOFOLLOW``: refused, so a link planted
+    there cannot send the runs into another file, or append to one the caller may write)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return Path(path).open("a", encoding="utf-8")
+        fd = os.open(path, flags, 0o600)
     except OSError as exc:
-        raise ArchiveError(f"--archive-file {path!r} cannot be written: {exc.strerror or exc}; "
-                           "nothing pruned", 0) from None
+        why = ("it is a symbolic link (not followed)" if exc.errno == errno.ELOOP
+               else exc.strerror or str(exc))
+        raise ArchiveError(f"--archive-file {path!r} cannot be written: {why}; nothing pruned", 0) from None
+    return os.fdopen(fd, "a", encoding="utf-8")

@@ -12,8 +12,10 @@
 -- them privileges in the current database only. What each can and cannot do is the role
 -- matrix of the README ("Roles"); tests/security/ proves every line of it with real logins.
 --
---   runner_readonly  USAGE on schema runner; SELECT on its tables and views. Nothing else:
---                    dashboards, psql on-call queries, `runner status` / `runs` / `gaps`.
+--   runner_readonly  USAGE on schema runner; SELECT on its tables and views, and EXECUTE on
+--                    runner.end_web_session_v1 (a console's logout; shared with the
+--                    operator). Nothing else: dashboards, psql on-call queries, `runner
+--                    status` / `runs` / `gaps`, a `runner web` of viewers.
 --   runner_worker    what `runner start` needs, and no more (revision 0007_security):
 --                    SELECT on everything; INSERT of new jobs, their schedule history, new
 --                    runs and their first attempts, slot fan-outs, effects and its own
@@ -177,6 +179,14 @@ BEGIN
                                                'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);
     END LOOP;
+
+    -- the console's logout (revision 0007_websessions): ends one `runner web` session by the
+    -- hash of its random id. To the operator and the readonly role (a console of viewers may
+    -- log in as either); it writes nothing of the ledger's history.
+    IF to_regprocedure('runner.end_web_session_v1(text, text, timestamptz)') IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION runner.end_web_session_v1(text, text, timestamptz) TO %I, %I',
+                       operator, readonly);
+    END IF;
 END
 $roles$;
 

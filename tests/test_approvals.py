@@ -99,6 +99,34 @@ def test_skip_records_the_reason(url: str) -> None:
     assert req[4]["selection"]["slot"] == (T0 + HOUR).isoformat()
 
 
+def test_skipping_a_cover_skips_the_runs_coalesced_into_it(url: str) -> None:
+    """A held run that late slots were coalesced into is their cover: skipping it decides them
+    too (skipped with it, listed in the request), so none is left coalesced into nothing —
+    uncovered, unlisted by the gap scan and flagged by the audit."""
+    with psycopg.connect(url, autocommit=True) as c:
+        for k in (1, 2):
+            slot = T0 + 2 * HOUR - k * timedelta(minutes=20)
+            c.execute(
+                "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date,"
+                " window_start, window_end, status, trigger, idempotency_key, status_reason,"
+                " coalesced_into_slot, finished_at) VALUES ('held', %s, '', %s, %s, %s, 'coalesced', 'catch_up',"
+                " 'k', 'misfire=coalesce: covered by the newest slot', %s, now())",
+                (slot, slot.date(), slot, slot, T0 + 2 * HOUR))
+    out = cli("skip", "held", "--slot", (T0 + 2 * HOUR).isoformat(), "--reason", "window lost", "--by", "bob",
+              "--yes", url=url)
+    assert out.returncode == 0, out.stderr
+    followers = rows(url, "SELECT status, status_reason FROM runner.job_runs WHERE job_name = 'held'"
+                          " AND coalesced_into_slot IS NOT NULL ORDER BY schedule_slot")
+    cover = scalar(url, "SELECT id FROM runner.job_runs WHERE job_name = 'held' AND schedule_slot = %s",
+                   (T0 + 2 * HOUR,))
+    assert followers == [("skipped", f"skipped with run {cover} (coalesced into it) by bob: window lost")] * 2
+    (req,) = requests(url)
+    assert [r["cover_run_id"] for r in req[4]["coalesced_runs"]] == [cover, cover]
+    assert scalar(url, "SELECT count(*) FROM runner.check_v1() WHERE invariant = 'coalesced_into_nothing'") == 0
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'held' AND NOT"
+                       " runner.run_covered_v1(job_name, partition_key, status, coalesced_into_slot)") == 2
+
+
 def test_partition_selection(url: str) -> None:
     out = cli("approve", "other", "--partition", "q", "--reason", "only q", "--yes", "--json", url=url)
     assert out.returncode == 0, out.stderr

@@ -579,7 +579,10 @@ def test_a_backfill_reaching_past_now_is_clamped_and_no_slot_runs_before_its_tim
     assert made["clamped"] == out.stderr.strip()
     plan = made["backfill"]
     assert now <= when(plan["range_to"]) <= after
-    assert made["expected_runs"] in (10, 11)  # every 2 s over the 20 s that were due
+    # every 2 s over what was due: [now - 20 s, the CLI's clock), some 20 s (more on a slow machine)
+    lo, hi = when(plan["range_from"]).timestamp(), when(plan["range_to"]).timestamp()
+    assert made["expected_runs"] == len([t for t in range(int(lo) - 2, int(hi) + 2) if t % 2 == 0 and lo <= t < hi])
+    assert made["expected_runs"] >= 10
     plan_id = plan["id"]
     proc = RunnerProcess(DUE, url, "--poll-interval", "0.1", log=tmp_path / "r.log")
     try:
@@ -847,3 +850,26 @@ def test_a_forced_backfill_racing_a_prune_pass_still_queues_the_slot(db_url: str
         listed = {r[0] for r in rows(db_url, "SELECT run_id FROM runner.missing_slots_v1(now())")}
         assert {conn_id, *[r[0] for r in rows(db_url, "SELECT id FROM runner.job_runs WHERE job_name = 'j'"
                                                " AND schedule_slot = %s", (first,))]} <= listed
+
+
+def test_a_backfill_across_a_schedule_change_runs_the_slots_the_history_expects(url: str, conn: Any) -> None:
+    """Where the ledger tracks the job, a backfill plans the slots its schedule history
+    expects (runner.expected_slots_v1), not the current definition's: the job ran every
+    30 minutes before it became hourly, so [T0, T0+4h) owes 30-minute slots until T0+2h; before
+    track_from the current definition's slots. Before, the plan ran hourly slots there and,
+    once completed, the gap scan still listed the half hours nobody ran."""
+    conn.execute("INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, timezone, track_from,"
+                 " first_registered_at, synced_at, max_attempts, version, options, partitions)"
+                 " VALUES ('hourly', 'every', '1 hour', 'UTC', %s, %s, %s, 2, 'v', '{}', '{a,b}')",
+                 (at(0), at(0), at(0)))
+    conn.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval, timezone,"
+                 " partitions) VALUES ('hourly', %s, 'every', '30 minutes', 'UTC', '{a,b}'),"
+                 " ('hourly', %s, 'every', '1 hour', 'UTC', '{a,b}')", (at(0), at(2)))
+    planned = backfill.plan(conn, bf_app.jobs["hourly"], spec(start=-2, end=4))
+    slots = sorted(set(planned.expected.slots))
+    assert slots == [at(-2), at(-1), *(at(h / 2) for h in range(0, 5)), at(3)]
+    created = create(conn, spec(start=-2, end=4))
+    assert created["backfill"]["expected_runs"] == 2 * len(slots)
+    # every owed slot of the range has a run now: the gap scan lists none of them as never started
+    assert scalar(url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'hourly'"
+                       " AND state = 'never_started' AND schedule_slot < %s", (at(4),)) == 0

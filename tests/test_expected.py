@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
+from tests.test_operators import make_run
 
 APPS = "tests.apps.expected"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -87,6 +88,56 @@ def test_the_gap_scan_lists_every_owed_slot_the_definition_gives(tx: psycopg.Con
     owed = tx.execute("SELECT schedule_slot FROM runner.expected_slots_v1('j', '-infinity', 'infinity', %s)",
                       (T0 + 120 * S,)).fetchall()
     assert listed == owed and len(owed) == 12
+
+
+def test_covered_is_one_rule_that_the_status_lists_and_the_gap_scan_agree_with(
+        tx: psycopg.Connection[Any]) -> None:
+    """runner.run_settled_v1 names the statuses that need no more work; the partial index the
+    gap scan reads (job_runs_unaccounted) holds exactly the others of the status constraint.
+    And over every status, with a coalesced run's cover in every status, a run is listed by
+    the gap scan exactly when runner.run_covered_v1 says it does not cover its slot."""
+    statuses = set(re.findall(r"'(\w+)'::text", scalar_of(tx,
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'job_runs_status_check'")))
+    settled = {s for s in statuses if scalar_of(tx, "SELECT runner.run_settled_v1(%s)", (s,))}
+    unaccounted = set(re.findall(r"'(\w+)'::text", scalar_of(tx,
+        "SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i"
+        " WHERE i.indexrelid = 'runner.job_runs_unaccounted'::regclass")))
+    assert settled == {"succeeded", "skipped", "coalesced", "cancelled"}
+    assert settled | unaccounted == statuses and not settled & unaccounted
+    _job(tx)
+    cover_statuses = sorted(statuses - {"coalesced"})
+    for k, cover_status in enumerate(cover_statuses):
+        cover, coalesced = T0 + (20 * k + 10) * S, T0 + 20 * k * S
+        make_run(tx, "j", cover, status=cover_status)
+        run = make_run(tx, "j", coalesced, status="coalesced")
+        tx.execute("UPDATE runner.job_runs SET coalesced_into_slot = %s, status_reason = 'planted'"
+                   " WHERE id = %s", (cover, run))
+    as_of = T0 + 20 * len(cover_statuses) * S
+    listed = {r[0] for r in tx.execute("SELECT run_id FROM runner.missing_slots_v1(%s, 'j')"
+                                       " WHERE run_id IS NOT NULL", (as_of,))}
+    judged = dict(tx.execute("SELECT id, runner.run_covered_v1(job_name, partition_key, status, coalesced_into_slot)"
+                             " FROM runner.job_runs WHERE job_name = 'j'").fetchall())
+    covers = dict(tx.execute("SELECT r.id, t.id FROM runner.job_runs r JOIN runner.job_runs t"
+                             " ON t.job_name = r.job_name AND t.schedule_slot = r.coalesced_into_slot"
+                             " WHERE r.job_name = 'j' AND r.status = 'coalesced'").fetchall())
+    flagged = {r[0] for r in tx.execute("SELECT run_id FROM runner.check_v1()"
+                                        " WHERE invariant = 'coalesced_into_nothing'")}
+    # a run that does not cover its slot is listed by the gap scan, or its cover is listed (the
+    # work that will cover it is in progress), or the audit flags a cover that cannot cover it
+    not_covered = {i for i, covered in judged.items() if not covered}
+    assert not_covered == listed | {i for i, c in covers.items() if c in listed} | flagged
+    assert listed | flagged <= not_covered
+    assert flagged == {i for i, c in covers.items() if judged[c] and c not in listed and not judged[i]}
+    # the coalesced run into the succeeded cover covers; the one into a dead cover is listed itself
+    by_cover = {tx.execute("SELECT status FROM runner.job_runs WHERE id = %s", (c,)).fetchone()[0]: i
+                for i, c in covers.items()}
+    assert judged[by_cover["succeeded"]] and by_cover["dead"] in listed and by_cover["skipped"] in flagged
+
+
+def scalar_of(tx: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:
+    row = tx.execute(sql, params).fetchone()
+    assert row is not None
+    return row[0]
 
 
 # -- defect 3: a pause is not an outage ---------------------------------------------------------

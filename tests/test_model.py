@@ -9,7 +9,9 @@ handlers, one-shot crashes that kill the process), and lost lock sessions
 ``--force``, overlapping one another, reaching past now, then paused, resumed or cancelled),
 reruns, approvals and skips, pauses, retirement and unretirement of a job removed from the
 code and put back, retention (``runner prune`` with an archive table, the job's retention
-shortened for that pass) and lane limits.
+shortened for that pass) and lane limits; and a rollout of a second code version of a job
+(another schedule) runner by runner, the old version maybe restarted midway (each runner has
+its own control file: its code version).
 
 After every step the test waits until the runners have settled (a condition on the ledger:
 every runner up and registered on a live lock session, no running attempt without its lock
@@ -146,10 +148,10 @@ class Runners:
     """The runner processes of one example, and the supervisor that restarts the ones whose
     handler killed them."""
 
-    def __init__(self, url: str, directory: Path, control: Path) -> None:
+    def __init__(self, url: str, directory: Path, controls: list[Path]) -> None:
         self.url = url
         self.dir = directory
-        self.env = {"MODEL_CONTROL": str(control)}
+        self.controls = controls  # each runner's control file: its code version (tests/apps/model_app.py)
         self.procs: list[RunnerProcess | None] = [None, None]
         self.starts = itertools.count()
         self.exits: list[tuple[int, int, str]] = []  # (runner, exit code, log) of unexpected exits
@@ -160,7 +162,7 @@ class Runners:
     def start(self, i: int) -> None:
         assert self.procs[i] is None
         n = next(self.starts)
-        self.procs[i] = RunnerProcess(APP, self.url, *self.args, env=self.env,
+        self.procs[i] = RunnerProcess(APP, self.url, *self.args, env={"MODEL_CONTROL": str(self.controls[i])},
                                       log=self.dir / f"runner-{i}-{n}.log")
 
     def live(self) -> list[int]:
@@ -245,7 +247,7 @@ class LoopModel(RuleBasedStateMachine):
             conn.execute(MODEL_SCHEMA)
         self.dir = self.workdir / f"example-{self.n}"
         self.dir.mkdir(parents=True)
-        self.control_path = self.dir / "control.json"
+        self.control_paths = [self.dir / "control-0.json", self.dir / "control-1.json"]
         self.control: dict[str, Any] = {
             "jobs": {
                 "m-static": {"every": "1s", "partitions": ["a", "b"], "misfire": "coalesce"},
@@ -262,7 +264,10 @@ class LoopModel(RuleBasedStateMachine):
         self.pauses: list[tuple[str, datetime, datetime | None]] = []
         self.retirements: list[tuple[str, datetime, datetime]] = []  # job, retire asked, unretire done
         self.failed = False
-        self.runners = Runners(self.url, self.dir, self.control_path)
+        self.runners = Runners(self.url, self.dir, self.control_paths)
+        # (job, from, until): spans where two code versions of a job ran at once (a rollout):
+        # each ran its own schedule, so runs there need not be of the history's slots
+        self.mixed: list[tuple[str, datetime, datetime]] = []
         self.history: dict[str, list[tuple[int, list[str] | None]]] = {
             job: [(_every_seconds(cfg["every"]), cfg.get("partitions"))]
             for job, cfg in self.control["jobs"].items()}
@@ -281,10 +286,17 @@ class LoopModel(RuleBasedStateMachine):
 
     # -- bookkeeping ------------------------------------------------------------------
 
-    def _write_control(self) -> None:
-        tmp = self.control_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.control))
-        tmp.replace(self.control_path)  # atomic: a handler never reads half a file
+    def _write_control(self, versions: dict[int, dict[str, Any]] | None = None) -> None:
+        """Every runner's control file: the same, or with ``versions`` (runner -> its jobs'
+        definitions) for a rollout's mixed period; behaviour and dynamic partitions are
+        always the same in both (read live)."""
+        for i, path in enumerate(self.control_paths):
+            data = dict(self.control)
+            if versions and i in versions:
+                data["jobs"] = versions[i]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            tmp.replace(path)  # atomic: a handler never reads half a file
 
     def _note(self, what: str) -> None:
         self.log.append(f"{time.monotonic() - self.t0:7.2f}s {what}")
@@ -460,6 +472,61 @@ class LoopModel(RuleBasedStateMachine):
             self.runners.start(i)
         self._applied()
 
+    @rule(every=st.sampled_from(EVERY), restart_old=st.booleans(), old_last=st.booleans())
+    def rollout(self, every: str, restart_old: bool, old_last: bool) -> None:
+        """A deploy of a second code version of m-single (another schedule) runner by runner:
+        runner 0 restarts on the new version while runner 1 still runs the old one; a
+        supervisor may restart the old one midway (its start must not rewrite the history
+        while the new one runs: issue 26, defect 2); then runner 1 moves to the new version.
+        With ``old_last`` runner 1 is stopped first, so the new version runs alone for a
+        while before its second process starts. Once only the new version runs, the history
+        must end with its schedule (the history duty re-asserts it)."""
+        job = "m-single"
+        old = self.control["jobs"][job]["every"]
+        if every == old:
+            every = EVERY[(EVERY.index(old) + 1) % len(EVERY)]
+        self._note(f"rollout of {job}: every {old} -> {every}"
+                   + (", the old version restarted midway" if restart_old else "")
+                   + (", the old version stopped before the new one's second start" if old_last else ""))
+        for i in (0, 1):
+            if i not in self.runners.live():
+                self.runners.start(i)
+        new_jobs = json.loads(json.dumps(self.control["jobs"]))
+        new_jobs[job]["every"] = every
+        old_jobs = self.control["jobs"]
+        self._write_control({0: new_jobs, 1: old_jobs})
+        began = self._db_now()
+        self.runners.stop(0)
+        self.runners.start(0)
+        eventually(self.runners.registered, timeout=60, message="both versions registered")
+        time.sleep(1.0)  # the mixed period itself: both versions run
+        if restart_old:
+            self.runners.stop(1)
+            self.runners.start(1)
+            eventually(self.runners.registered, timeout=60, message="the old version registered again")
+            time.sleep(1.0)
+        self.control["jobs"] = new_jobs
+        self._write_control()
+        self.runners.stop(1)
+        if old_last:
+            time.sleep(1.0)  # the new version alone
+        self.runners.start(1)
+        eventually(self.runners.registered, timeout=60, message="the new version everywhere")
+        # the history may be re-asserted up to one history-duty interval after the old
+        # version's last runner stopped, dated from then: until it is, slots are judged by
+        # the old schedule while the new one ran its own
+        try:
+            eventually(lambda: scalar(self.url, "SELECT every_interval FROM runner.job_schedules"
+                                                " WHERE job_name = %s ORDER BY valid_from DESC LIMIT 1",
+                                      (job,)) == timedelta(seconds=_every_seconds(every)),
+                       timeout=60, interval=0.2, message="the history ends with the new version")
+        except AssertionError as exc:
+            history = rows(self.url, "SELECT valid_from, every_interval, explained_by FROM runner.job_schedules"
+                                     " WHERE job_name = %s ORDER BY valid_from", (job,))
+            self._fail("a rollout left the history on the old version", f"{exc}; history {history}")
+        self.mixed.append((job, began, self._db_now()))
+        self._applied()
+
     @rule(action=st.sampled_from(["approve", "skip"]), job=st.sampled_from(JOBS))
     def decide_held_runs(self, action: str, job: str) -> None:
         """An operator approves, or skips, every run of a job awaiting approval."""
@@ -509,7 +576,7 @@ class LoopModel(RuleBasedStateMachine):
         """One CLI action: exit 0, or 1 with one line (a refusal); anything else fails. With
         ``app``, the command reads the jobs' code (--app, as of the control file)."""
         if app:
-            done = run_cli(*args, "--app", APP, url=self.url, env=self.runners.env)
+            done = run_cli(*args, "--app", APP, url=self.url, env={"MODEL_CONTROL": str(self.control_paths[0])})
         else:
             done = run_cli(*args, url=self.url)
         self._note(f"{what}: exit {done.returncode} {done.stdout.strip()[-100:]} {done.stderr.strip()[-160:]}")
@@ -723,7 +790,8 @@ class LoopModel(RuleBasedStateMachine):
                     slot += timedelta(seconds=step)
         for (job, slot, key), (status, trigger) in runs.items():
             if slot <= as_of and (job, slot, key) not in expected_keys and trigger not in ("manual", "backfill") \
-                    and not (job in dynamic_jobs and (job, slot) not in fanouts):
+                    and not (job in dynamic_jobs and (job, slot) not in fanouts) \
+                    and not any(j == job and lo <= slot <= hi for j, lo, hi in self.mixed):
                 problems.append(f"{job} {slot} {key!r}: a run ({status}, {trigger}) of a slot the schedule"
                                 " history does not expect")
         if problems:

@@ -7,6 +7,9 @@ prune` shows (--dry-run) and archives (a table or a file) before it deletes."""
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from runner import retention
 from runner.app import Retention, Runner, parse_retention
 from runner.errors import JobDefinitionError
 from runner.schedule import ScheduleError
-from tests.support import rows, scalar
+from tests.support import ROOT, rows, runner_cmd, scalar
 from tests.test_cli import one_line_error
 from tests.test_operators import cli, make_run
 
@@ -367,6 +370,35 @@ def test_runner_prune_archives_to_a_file(db_url: str, tmp_path: Path) -> None:
     assert all(line["run"]["status"] == "succeeded" and len(line["attempts"]) == 1 for line in lines)
 
 
+def test_an_archive_file_is_private_and_a_planted_symlink_is_not_followed(db_url: str, tmp_path: Path) -> None:
+    """Issue 28: the archive holds whole runs. A symbolic link planted where the archive is
+    to be written (pointing at a file the attacker wants filled, or will read) is refused,
+    nothing pruned, the link's target untouched; a file the command creates is 0600 under
+    a permissive umask."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        seed(conn)
+    before = len(rows(db_url, "SELECT 1 FROM runner.job_runs"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept\n")
+    planted = tmp_path / "planted.jsonl"
+    planted.symlink_to(victim)
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "made-by-the-link.jsonl")
+    for link in (planted, dangling):
+        out = cli("prune", "--archive-file", str(link), url=db_url)
+        assert out.returncode == 1, out.stdout
+        assert "symbolic link" in one_line_error(out)
+    assert victim.read_text() == "kept\n"
+    assert not (tmp_path / "made-by-the-link.jsonl").exists()
+    assert len(rows(db_url, "SELECT 1 FROM runner.job_runs")) == before  # nothing pruned
+    target = tmp_path / "archive.jsonl"
+    # a plain open under umask 0 would make it 0666: a real process of its own with that umask
+    done = subprocess.run(runner_cmd("prune", "--archive-file", str(target)), capture_output=True, text=True,
+                          env={**os.environ, "RUNNER_DATABASE_URL": db_url}, cwd=ROOT, timeout=120, umask=0)
+    assert done.returncode == 0, done.stderr
+    assert target.read_text() and stat.S_IMODE(target.lstat().st_mode) == 0o600
+
+
 def test_an_archive_that_cannot_be_written_deletes_nothing(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         seed(conn)
@@ -511,3 +543,27 @@ def test_runner_prune_as_the_operator_role(db_url: str, db_roles: Any) -> None:
     out = cli("prune", "--json", url=db_roles.url(db_url, "operator"))
     assert out.returncode == 0, out.stderr
     assert 0 < json.loads(out.stdout)["runs"] == len(total) - len(rows(db_url, "SELECT 1 FROM runner.job_runs"))
+
+
+def test_runs_coalesced_into_a_cover_that_is_not_covered_are_kept(tx: psycopg.Connection[Any]) -> None:
+    """A coalesced run accounts for its slot only through its cover (runner.run_covered_v1):
+    while the cover is dead, the runs coalesced into it are listed by the gap scan, and
+    retention must keep them, else their slots vanish from the scan below the pruned mark."""
+    s = seed(tx)
+    cover = s["now"] - 6 * D
+    coalesced = [cover - k * H for k in (1, 2, 3)]
+    tx.execute("UPDATE runner.job_runs SET status = 'dead', last_error = 'boom' WHERE job_name = 'j'"
+               " AND schedule_slot = %s", (cover,))
+    tx.execute("UPDATE runner.job_runs SET status = 'coalesced', coalesced_into_slot = %s,"
+               " status_reason = 'coalesced by catch_up' WHERE job_name = 'j' AND schedule_slot = ANY(%s)",
+               (cover, coalesced))
+    listed = {(g[1], g[3]) for g in gaps(tx)}
+    assert {(t, "dead") for t in coalesced} | {(cover, "dead")} <= listed
+    gone = {r[2] for r in prune(tx)}
+    assert gone and not gone & set(coalesced)
+    assert {(g[1], g[3]) for g in gaps(tx)} == listed
+    # once the cover succeeds, they may go like any covered run
+    tx.execute("UPDATE runner.job_runs SET status = 'succeeded', last_error = NULL WHERE job_name = 'j'"
+               " AND schedule_slot = %s", (cover,))
+    tx.execute("SELECT runner.advance_watermarks_v1(%s)", (s["wm"],))
+    assert set(coalesced) <= {r[2] for r in prune(tx)}

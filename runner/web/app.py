@@ -12,6 +12,12 @@ and actions (``--database-url``, which should be a login in the operator role of
 sql/roles.sql: SELECT and the action functions, nothing else). The action pool is not even
 opened when no operator credential is configured.
 
+Before any route, authentication included, every request passes :class:`RequestGuard`: its
+``Host`` must be one of the console's names (421 otherwise: DNS rebinding) and its body at
+most 64 KiB, counted as it arrives (413 otherwise, nothing buffered beyond the limit). A
+session cookie is checked against the ledger's ended sessions (logout) on a pool of its own
+on ``--database-url`` (runner/web/auth.py says why).
+
 Every response carries a strict Content-Security-Policy (no inline script or style; nothing
 from elsewhere), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'``, ``nosniff`` and
 ``no-store``. Templates are autoescaped: names, partition keys, errors and reasons from the
@@ -21,8 +27,12 @@ redacted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socket
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,7 +42,7 @@ from urllib.parse import urlencode, urlsplit
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
@@ -46,10 +56,12 @@ from runner import operate
 from runner.actions import parse_time
 from runner.app import Runner
 from runner.settings import redact
+from runner.sqlfiles import queries
 from runner.web import actions, auth, charts, reads
 from runner.web.auth import User
 
 log = logging.getLogger("runner.web")
+QW = queries("web")
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "font-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
@@ -63,6 +75,7 @@ SECURITY_HEADERS = {
     "permissions-policy": "camera=(), microphone=(), geolocation=()",
 }
 MAX_BODY = 64 * 1024
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,9 @@ class WebConfig:
     login_failures_per_client: int = 10
     login_failures_global: int = 100
     login_window_seconds: float = 300.0
+    # the names this console answers to (RequestGuard); ``runner web`` adds its listen address
+    # and --allowed-host
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
 
 
 class SecurityHeaders:
@@ -101,6 +117,84 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def host_name(value: str) -> str:
+    """The name of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowercase,
+    without its port, brackets or a trailing dot."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        value = value[1:value.find("]")] if "]" in value else value[1:]
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+
+class RequestGuard:
+    """What every request passes before any route, authentication included:
+
+    * its ``Host`` names this console (one of ``allowed_hosts``), else 421: a page of another
+      site whose name resolves to this console's address (DNS rebinding) is refused before it
+      is read or acted on, whatever its ``Origin``;
+    * its body is at most ``limit`` bytes, else 413 and the connection closed: a declared
+      ``Content-Length`` over the limit is refused before a byte of the body is read, a
+      chunked body is counted as it arrives and refused once the count passes the limit (at
+      most ``limit`` plus one chunk is ever held). The body of an accepted request is then
+      handed to the route from memory."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...], limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(h) for h in allowed_hosts)
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        hosts = [v.decode("latin-1") for k, v in scope["headers"] if k == b"host"]
+        if len(hosts) != 1 or host_name(hosts[0]) not in self.allowed:
+            log.warning("request refused: Host %r is not one of this console's names (--allowed-host)",
+                        hosts[0][:100] if hosts else None)
+            await _refuse(scope, send, 421, "this console does not answer to that Host (see --allowed-host)")
+            return
+        lengths = [v for k, v in scope["headers"] if k == b"content-length"]
+        if lengths:
+            if len(lengths) > 1 or not lengths[0].isdigit():
+                await _refuse(scope, send, 400, "bad Content-Length")
+                return
+            if int(lengths[0]) > self.limit:
+                await _refuse(scope, send, 413, f"the body is over {self.limit // 1024} KiB")
+                return
+        held: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was read: nothing to answer
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await _refuse(scope, send, 413, f"the body is over {self.limit // 1024} KiB")
+                return
+            held.append(message)
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+    """An answer given before any route (RequestGuard), closing the connection (the rest of a
+    body is never read)."""
+    api = str(scope.get("path", "")).startswith("/api/")
+    body = (json.dumps({"error": message}) if api else message + "\n").encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json" if api else b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def jsonable(value: Any) -> Any:
@@ -167,10 +261,14 @@ class Console:
                                     read_only=True)
         self.act_pool = (self._pool(config.database_url, "runner-web-act", read_only=False)
                          if self.creds.can_anyone_act else None)
+        # sessions (tokens only: the login form takes tokens) are checked against, and ended
+        # in, the ledger at --database-url, never a replica: a logout holds at once
+        self.session_pool = (self._pool(config.database_url, "runner-web-session", read_only=False, size=2)
+                             if self.creds.tokens else None)
         self.shown_url = redact(config.database_url)
         self.shown_read_url = redact(config.read_database_url) if config.read_database_url else None
 
-    def _pool(self, url: str, name: str, read_only: bool) -> ConnectionPool:
+    def _pool(self, url: str, name: str, read_only: bool, size: int | None = None) -> ConnectionPool:
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute("SET TIME ZONE 'UTC'")
             # the views' laterals carry large cost estimates: compiling them (JIT) costs more
@@ -180,7 +278,7 @@ class Console:
                 conn.execute("SET statement_timeout = '15s'")
                 conn.execute("SET default_transaction_read_only = on")
 
-        return ConnectionPool(url, min_size=1, max_size=self.config.pool_size, open=False, name=name,
+        return ConnectionPool(url, min_size=1, max_size=size or self.config.pool_size, open=False, name=name,
                               kwargs={"autocommit": True, "application_name": name, "connect_timeout": 10},
                               configure=configure)
 
@@ -189,31 +287,56 @@ class Console:
         await run_in_threadpool(self.read_pool.open, True, 30.0)
         if self.act_pool is not None:
             await run_in_threadpool(self.act_pool.open, True, 30.0)
+        if self.session_pool is not None:
+            await run_in_threadpool(self.session_pool.open, True, 30.0)
         try:
             yield
         finally:
             await run_in_threadpool(self.read_pool.close)
             if self.act_pool is not None:
                 await run_in_threadpool(self.act_pool.close)
+            if self.session_pool is not None:
+                await run_in_threadpool(self.session_pool.close)
 
     # -- who is asking ----------------------------------------------------------------------
 
-    def user(self, request: Request, api: bool) -> User | None:
+    async def user(self, request: Request, api: bool) -> User | None:
         creds = self.creds
         if creds.proxy_header is not None:
-            found = creds.by_proxy(request.headers.get(creds.proxy_header))
+            found = creds.by_proxy(request.headers.getlist(creds.proxy_header))
             if found is not None:
                 return found
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
             return self.check_token(request, header[7:].strip())
         if not api:
-            found = creds.by_session(request.cookies.get(auth.SESSION_COOKIE))
-            if found is not None:
-                return found
+            session = creds.session(request.cookies.get(auth.SESSION_COOKIE))
+            if session is not None and not await run_in_threadpool(self.session_ended, session):
+                return session.user
         if creds.open_reads:
             return User(name="anonymous", role="viewer", via="open")
         return None
+
+    def session_ended(self, session: auth.Session) -> bool:
+        """Whether a console on this ledger ended the session (logout). A ledger that cannot
+        answer refuses the request (SessionUnchecked: 503), never serves it unchecked."""
+        if self.session_pool is None:
+            return True
+        try:
+            with self.session_pool.connection(timeout=10) as conn:
+                row = conn.execute(QW["session_ended"], {"session_hash": session.key}).fetchone()
+        except (psycopg.Error, PoolTimeout) as exc:
+            log.warning("cannot check a session in the ledger: %s", _error_text(exc))
+            raise SessionUnchecked() from None
+        return bool(row and row[0])
+
+    def end_session(self, session: auth.Session) -> None:
+        """Record the session as ended in the ledger: every console refuses it from now on."""
+        if self.session_pool is None:
+            return
+        with self.session_pool.connection(timeout=10) as conn:
+            conn.execute(QW["end_session"], {"session_hash": session.key, "user_name": session.user.name,
+                                             "expires": session.expires})
 
     def check_token(self, request: Request, token: str) -> User | None:
         """The token's user; every failure counts against the client and in all, and a client
@@ -274,6 +397,10 @@ class Console:
             response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=True, samesite="strict",
                                 secure=self.creds.secure_cookies, path="/")
         return response
+
+
+class SessionUnchecked(Exception):
+    """The ledger could not say whether a session was ended: the request is refused (503)."""
 
 
 def _error_text(exc: BaseException) -> str:
@@ -373,7 +500,7 @@ def create_app(config: WebConfig) -> Starlette:
 
     def page(name: str, template: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            user = console.user(request, api=False)
+            user = await console.user(request, api=False)
             if user is None:
                 return RedirectResponse("/login?" + _query(next=request.url.path + (
                     "?" + request.url.query if request.url.query else "")), status_code=303)
@@ -398,8 +525,9 @@ def create_app(config: WebConfig) -> Starlette:
             return console.render(request, "error.html", None, status=403,
                                   message="the form expired or came from another site: reload the page")
         target = _safe_next(form.get("next"))
+        token = str(form.get("token") or "").strip()
         try:
-            user = console.check_token(request, str(form.get("token") or "").strip())
+            user = console.check_token(request, token)
         except auth.Throttled as exc:
             refused = console.render(request, "login.html", None, status=429, next=target, failed=False,
                                      throttled=str(exc))
@@ -408,7 +536,7 @@ def create_app(config: WebConfig) -> Starlette:
         if user is None:
             return console.render(request, "login.html", None, status=401, next=target, failed=True)
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(auth.SESSION_COOKIE, console.creds.session_cookie(user), httponly=True,
+        response.set_cookie(auth.SESSION_COOKIE, console.creds.session_cookie(user, token), httponly=True,
                             samesite="strict", secure=console.creds.secure_cookies, path="/",
                             max_age=console.creds.session_seconds)
         # a fresh CSRF token with the new session
@@ -421,13 +549,24 @@ def create_app(config: WebConfig) -> Starlette:
         if form is None or not auth.csrf_matches(request.cookies.get(auth.CSRF_COOKIE),
                                                  form.get(auth.CSRF_FIELD)):
             return console.render(request, "error.html", None, status=403, message="CSRF check failed")
+        # ended in the ledger, not only in this browser: a copy of the cookie is refused too
+        session = console.creds.session(request.cookies.get(auth.SESSION_COOKIE))
+        if session is not None:
+            try:
+                await run_in_threadpool(console.end_session, session)
+            except (psycopg.Error, PoolTimeout) as exc:
+                log.warning("logout of %s not recorded: %s", session.user.name, _error_text(exc))
+                return console.render(request, "error.html", session.user, status=503,
+                                      message="the logout could not be recorded in the ledger: the session "
+                                              "is still valid; try again")
+            log.info("session of %s ended (logout)", session.user.name)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(auth.SESSION_COOKIE, path="/")
         return response
 
     async def action_page(request: Request) -> Response:
         """GET: the impact of an action and its form (a reason is required)."""
-        user = console.user(request, api=False)
+        user = await console.user(request, api=False)
         if user is None:
             return RedirectResponse("/login?" + _query(next=str(request.url.path) + "?" + request.url.query),
                                     status_code=303)
@@ -448,7 +587,7 @@ def create_app(config: WebConfig) -> Starlette:
                               done=None, liveness=await console.liveness())
 
     async def action_post(request: Request) -> Response:
-        user = console.user(request, api=False)
+        user = await console.user(request, api=False)
         if user is None:
             return console.render(request, "error.html", None, status=401, message="log in first")
         form = await _form(request)
@@ -472,7 +611,7 @@ def create_app(config: WebConfig) -> Starlette:
 
     def api_read(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            if console.user(request, api=True) is None:
+            if await console.user(request, api=True) is None:
                 return _api_error(401, "authentication required: Authorization: Bearer <token>")
             try:
                 data = await run_in_threadpool(getters[name], request)
@@ -483,7 +622,7 @@ def create_app(config: WebConfig) -> Starlette:
 
     def api_action(name: str | None = None) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            user = console.user(request, api=True)
+            user = await console.user(request, api=True)
             if user is None:
                 return _api_error(401, "authentication required: Authorization: Bearer <token>")
             action = name or request.path_params["action"]
@@ -517,7 +656,7 @@ def create_app(config: WebConfig) -> Starlette:
         return endpoint
 
     async def whoami(request: Request) -> Response:
-        user = console.user(request, api=True)
+        user = await console.user(request, api=True)
         if user is None:
             return _api_error(401, "authentication required: Authorization: Bearer <token>")
         return JSONResponse({"name": user.name, "role": user.role, "who": user.who,
@@ -571,9 +710,17 @@ def create_app(config: WebConfig) -> Starlette:
         response.headers["retry-after"] = str(exc.retry_after)
         return response
 
-    web = Starlette(routes=routes, lifespan=console.lifespan, exception_handlers={auth.Throttled: throttled})
+    async def unchecked(request: Request, exc: Exception) -> Response:
+        message = "the session cannot be checked now (the ledger does not answer): try again"
+        if request.url.path.startswith("/api/"):
+            return _api_error(503, message)
+        return console.render(request, "error.html", None, status=503, message=message)
+
+    web = Starlette(routes=routes, lifespan=console.lifespan,
+                    exception_handlers={auth.Throttled: throttled, SessionUnchecked: unchecked})
     web.state.console = console
-    web.add_middleware(SecurityHeaders)
+    web.add_middleware(RequestGuard, allowed_hosts=config.allowed_hosts)
+    web.add_middleware(SecurityHeaders)  # the outermost: its headers go on the guard's answers too
     return web
 
 
@@ -616,7 +763,59 @@ def prepare(database_url: str, read_database_url: str | None, credentials: auth.
                      credentials=credentials, app=app, privilege_warning=warning)
 
 
-def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> bool:
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(host: str | None, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The Host names a console answers to: the loopback names, the address it listens on
+    (``host``; None for a Unix socket; not a wildcard address, which names no host) and the
+    names given (``--allowed-host``, each a name or an address, with or without a port)."""
+    names = list(LOOPBACK_NAMES)
+    if host is not None and host not in WILDCARDS:
+        names.append(host)
+    for name in extra:
+        if not host_name(name) or any(c in name for c in "/ \t@"):
+            raise auth.AuthConfigError(f"--allowed-host must be a host name or address, got {name!r}")
+        names.append(name)
+    return tuple(dict.fromkeys(host_name(n) for n in names))
+
+
+def unix_listener(path: str, mode: int) -> socket.socket:
+    """A listening Unix socket at ``path`` with ``mode`` (0600 or 0660; made so under a
+    umask, never more open even for a moment). A socket file left at ``path`` by a console
+    that is gone is replaced; anything else there (a live console, a file, a link) is refused
+    (auth.AuthConfigError)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None:
+        if not stat.S_ISSOCK(found.st_mode):
+            raise auth.AuthConfigError(f"--unix-socket {path} exists and is not a socket: not replaced")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+            except ConnectionRefusedError:
+                os.unlink(path)  # stale: its console is gone
+            except OSError as exc:
+                raise auth.AuthConfigError(f"--unix-socket {path}: {exc.strerror or exc}") from None
+            else:
+                raise auth.AuthConfigError(f"--unix-socket {path} is in use by a running server")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o777 & ~mode)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise auth.AuthConfigError(f"--unix-socket {path} cannot be bound: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    return sock
+
+
+def serve(web: Starlette, host: str, port: int, log_level: str, grace: int,
+          listener: socket.socket | None = None) -> bool:
     """Serve ``web`` until SIGTERM or SIGINT, then drain: stop listening at once (a new
     connection is refused), let the requests in flight finish for up to ``grace`` seconds
     (then cancel what remains), close the pools (the app's lifespan), and return. The signals
@@ -624,7 +823,6 @@ def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> b
     with 130), not through uvicorn's own handlers, which raise the signal again once the server
     has stopped (the process then ends killed by it: 143 from a shell, not 0). False when the
     server never started (the port is taken, the lifespan failed)."""
-    import contextlib
     from collections.abc import Iterator
 
     import uvicorn
@@ -646,9 +844,31 @@ def serve(web: Starlette, host: str, port: int, log_level: str, grace: int) -> b
         server.should_exit = True  # uvicorn's main loop looks every 0.1 s
 
     stopping.stop_with(stop)
-    server.run()
+    bound = _socket_file(listener)
+    try:
+        server.run(sockets=[listener] if listener is not None else None)
+    finally:
+        if bound is not None and _socket_file_at(bound[0]) == bound:
+            with contextlib.suppress(OSError):
+                os.unlink(bound[0])  # still the socket this console bound: nobody else's
     _leave_cut_requests()
     return bool(server.started)
+
+
+def _socket_file(listener: socket.socket | None) -> tuple[str, int, int] | None:
+    """A Unix listener's path and its file's identity (device, inode)."""
+    if listener is None or listener.family != socket.AF_UNIX:
+        return None
+    path = listener.getsockname()
+    return _socket_file_at(path) if isinstance(path, str) and path else None
+
+
+def _socket_file_at(path: str) -> tuple[str, int, int] | None:
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return (path, found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
 
 
 def _leave_cut_requests() -> None:

@@ -14,12 +14,24 @@ Credentials, each only when configured:
   constant time, against every configured token.
 * a trusted reverse proxy: ``--trust-proxy-header X-Forwarded-User`` takes the user's name
   from that header (the proxy authenticated them); ``--proxy-operator NAME`` makes a proxy
-  user an operator, every other one is a viewer. Only for a console that nobody but the
-  proxy can reach (bound to 127.0.0.1 or a private socket): the header is believed as is.
+  user an operator, every other one is a viewer. The header is believed as is, so ``runner
+  web`` takes it only on a Unix socket (``--unix-socket``, mode 0600 or 0660), never on TCP,
+  where any local process could send it. Of several lines of the header the last one counts
+  (the proxy's, after the client's); a value with a comma is refused (:meth:`by_proxy`).
 * ``--open-reads``: anyone may read (an anonymous viewer). Never actions.
 
 With no credential configured the console does not start (unless ``--open-reads``), and with
 no operator credential no action is possible at all.
+
+A session is bound to the credential it was made from and ends at logout. Its cookie
+carries a random id and a mark of the token the user logged in with (an HMAC of it under the
+session key): when that token is no longer configured for that user and role (rotated,
+removed, given to someone else) the cookie is refused, whatever its signature. Logging out
+records the id's hash in the ledger (runner.web_sessions_ended, through
+runner.end_web_session_v1): every console on that ledger refuses the cookie from then on, so
+a copy kept by a client (or a thief) is as dead as the browser's. The ledger is asked on
+every page a session cookie requests (one primary-key lookup on ``--database-url``); when it
+cannot answer, the page is refused (503), never served on an unchecked session.
 
 Sessions are signed (HMAC-SHA256) with one secret, the same in every ``runner web``
 process that should accept each other's sessions (several behind a load balancer, or one
@@ -28,7 +40,8 @@ characters; the file readable by its owner only). Without either, the key is der
 the configured tokens (HMAC of all of them, sorted): processes started with the same tokens
 share sessions, a restart keeps them, and changing any token ends every session. That key is
 as hard to guess as the tokens themselves, and knowing it gains nothing over knowing the
-tokens. A session also outlives no token: its user must still be configured with its role.
+tokens. A session also outlives no token: the token it was made from must still be
+configured, for its user and role.
 
 Failed logins are rate limited (:class:`Throttle`): a wrong token in the login form or in an
 API ``Authorization: Bearer`` header counts against the client (its address as the server
@@ -98,6 +111,15 @@ class User:
 
 
 @dataclass(frozen=True)
+class Session:
+    """A console session, as its signed cookie holds it."""
+
+    user: User
+    key: str  # the SHA-256 (hex) of its random id: the row logout writes
+    expires: int  # epoch seconds
+
+
+@dataclass(frozen=True)
 class Credentials:
     tokens: tuple[tuple[str, User], ...] = ()  # (token, its user)
     proxy_header: str | None = None
@@ -125,23 +147,42 @@ class Credentials:
                 found = user
         return found
 
-    def by_proxy(self, value: str | None) -> User | None:
-        if self.proxy_header is None or value is None:
+    def by_proxy(self, values: list[str]) -> User | None:
+        """The proxy's user: the value of the *last* of the request's ``proxy_header`` lines,
+        the one the proxy appended after whatever the client sent (a proxy that sets the
+        header replaces the client's; one that adds a line puts its own last). A value with a
+        comma is refused (None): that is a proxy appending to the client's value in one line
+        (``mallory, alice``), configured to add rather than set."""
+        if self.proxy_header is None or not values:
             return None
-        name = value.strip()
-        if not name or len(name) > MAX_NAME or not name.isprintable():
+        name = values[-1].strip()
+        if not name or "," in name or len(name) > MAX_NAME or not name.isprintable():
             return None
         return User(name=name, role="operator" if name in self.proxy_operators else "viewer", via="proxy")
 
-    # -- the session cookie: {"u": name, "r": role, "e": expiry}, HMAC-SHA256 signed --------
+    # -- the session cookie: {"u": name, "r": role, "e": expiry, "s": id, "k": token mark} ---
 
-    def session_cookie(self, user: User, now: float | None = None) -> str:
+    def token_mark(self, token: str) -> str:
+        """What a session cookie keeps of the token it was made from: an HMAC of it under the
+        session key (the token cannot be read back from it, nor checked offline without the
+        key), so the session ends when that token is no longer configured."""
+        mac = hmac.new(self.secret, b"token:" + token.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac[:18]).decode()
+
+    def session_cookie(self, user: User, token: str, now: float | None = None) -> str:
+        """A new session of ``user``, logged in with ``token``: a random id (what logout
+        records), the expiry, and the token's mark, HMAC-SHA256 signed."""
         expiry = int((time.time() if now is None else now) + self.session_seconds)
-        payload = json.dumps({"u": user.name, "r": user.role, "e": expiry}, separators=(",", ":"))
+        payload = json.dumps({"u": user.name, "r": user.role, "e": expiry, "s": secrets.token_urlsafe(32),
+                              "k": self.token_mark(token)}, separators=(",", ":"))
         body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
         return f"{body}.{self._sign(body)}"
 
-    def by_session(self, cookie: str | None, now: float | None = None) -> User | None:
+    def session(self, cookie: str | None, now: float | None = None) -> Session | None:
+        """The session a cookie holds, when its signature is this key's, it has not expired,
+        and the token it was made from is still configured for its user with its role. Whether
+        it was ended (logged out) is the ledger's to say (runner.web_sessions_ended; the
+        console asks, see runner/web/app.py)."""
         if not cookie or "." not in cookie:
             return None
         body, _, signature = cookie.rpartition(".")
@@ -150,14 +191,23 @@ class Credentials:
         try:
             data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
             name, role, expiry = str(data["u"]), str(data["r"]), int(data["e"])
+            sid, mark = str(data["s"]), str(data["k"])
         except (ValueError, KeyError, TypeError):
             return None
-        if expiry < (time.time() if now is None else now) or role not in ROLES:
+        if expiry < (time.time() if now is None else now) or role not in ROLES or len(sid) < 32:
             return None
-        # a session outlives no token: its user must still be configured with that role
-        if not any(u.name == name and u.role == role for _, u in self.tokens):
+        # a session outlives no token: the very token it was made from must still be this
+        # user's, with this role (a rotated, removed or reassigned token ends its sessions)
+        if not any(u.name == name and u.role == role and hmac.compare_digest(self.token_mark(t), mark)
+                   for t, u in self.tokens):
             return None
-        return User(name=name, role=role, via="session")
+        key = hashlib.sha256(sid.encode()).hexdigest()
+        return Session(user=User(name=name, role=role, via="session"), key=key, expires=expiry)
+
+    def by_session(self, cookie: str | None, now: float | None = None) -> User | None:
+        """The user of a cookie's session (``session``), ended or not."""
+        found = self.session(cookie, now)
+        return found.user if found is not None else None
 
     def _sign(self, body: str) -> str:
         mac = hmac.new(self.secret, b"session:" + body.encode(), hashlib.sha256).digest()

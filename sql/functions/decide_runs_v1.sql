@@ -5,7 +5,10 @@
 -- transaction.
 --   approve: pending, trigger manual, due now, with a full budget of attempts (the attempts
 --            it had stop counting: uncounted_attempts = attempt);
---   skip:    skipped with the reason, final.
+--   skip:    skipped with the reason, final; and the runs coalesced into a skipped run are
+--            skipped with it (their cover will never run, so its decision is theirs: without
+--            this they were coalesced into nothing, uncovered and unlisted by the gap scan;
+--            runner.run_covered_v1), listed in the request as coalesced_runs.
 -- Only runs of job_name in status awaiting_approval change; when none does, it raises and
 -- writes nothing. Like every operator action (see runner.rerun_v1): SECURITY DEFINER with a
 -- fixed search_path, db_user = session_user, refusals raised as P0001, EXECUTE for the
@@ -28,6 +31,7 @@ DECLARE
     changed_rows jsonb;
     decided jsonb;
     done bigint[];
+    followed jsonb := '[]';
 BEGIN
     IF action IS NULL OR action NOT IN ('approve', 'skip') THEN
         RAISE EXCEPTION 'action must be approve or skip; nothing written';
@@ -87,10 +91,32 @@ BEGIN
             coalesce(cardinality(run_ids), 0);
     END IF;
 
+    IF action = 'skip' THEN
+        WITH follower AS (
+            UPDATE runner.job_runs c
+            SET status = 'skipped', finished_at = clock, updated_at = clock,
+                status_reason = left(format('skipped with run %s (coalesced into it) by %s: %s',
+                                            t.id, btrim(who), btrim(reason)), 1000)
+            FROM runner.job_runs t
+            WHERE t.id = ANY(done) AND c.job_name = t.job_name AND c.partition_key = t.partition_key
+              AND c.coalesced_into_slot = t.schedule_slot AND c.status = 'coalesced'
+            RETURNING c.id, c.schedule_slot, c.partition_key, t.id AS cover_run_id
+        )
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'run_id', f.id, 'slot', f.schedule_slot, 'partition_key', f.partition_key,
+                   'cover_run_id', f.cover_run_id,
+                   'before', jsonb_build_object('status', 'coalesced'),
+                   'after', jsonb_build_object('status', 'skipped'))
+                   ORDER BY f.schedule_slot, f.partition_key), '[]')
+        INTO followed
+        FROM follower f;
+    END IF;
+
     INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
     VALUES (action, decide_runs_v1.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
         'selection', coalesce(selection, '{}'::jsonb),
         'runs', decided,
+        'coalesced_runs', followed,
         'left_alone', (SELECT coalesce(jsonb_agg(i ORDER BY n), '[]')
                        FROM unnest(run_ids) WITH ORDINALITY AS u(i, n)
                        WHERE NOT i = ANY(done))))

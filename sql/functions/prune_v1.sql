@@ -129,7 +129,7 @@ BEGIN
             SELECT c.*, count(*) FILTER (WHERE c.may_go) OVER (ORDER BY c.slot, c.key ROWS UNBOUNDED PRECEDING) AS nth
             FROM (
                 SELECT r.id, r.schedule_slot AS slot, r.partition_key AS key,
-                       ((r.status IN ('succeeded', 'skipped', 'coalesced', 'cancelled')
+                       ((runner.run_covered_v1(r.job_name, r.partition_key, r.status, r.coalesced_into_slot)
                          AND greatest(r.schedule_slot, r.finished_at) < clock - CASE
                              WHEN r.status = 'cancelled' OR r.attempt > 1 OR r.last_error IS NOT NULL
                                   OR r.trigger IN ('manual', 'backfill') OR r.replay_group_id IS NOT NULL
@@ -175,7 +175,7 @@ BEGIN
             SELECT r.id, r.schedule_slot
             FROM runner.job_runs r
             WHERE r.id = ANY (ids)
-              AND ((r.status IN ('succeeded', 'skipped', 'coalesced', 'cancelled')
+              AND ((runner.run_covered_v1(r.job_name, r.partition_key, r.status, r.coalesced_into_slot)
                     AND greatest(r.schedule_slot, r.finished_at) < clock - CASE
                         WHEN r.status = 'cancelled' OR r.attempt > 1 OR r.last_error IS NOT NULL
                              OR r.trigger IN ('manual', 'backfill') OR r.replay_group_id IS NOT NULL

@@ -1,7 +1,8 @@
 -- Named statements of backfills (runner/backfill.py): the plan's impact, its creation, the
 -- lane's passes (pause, complete, claim under the plan's concurrency and rate), verification,
 -- and the operator's list/show/pause/resume/cancel. The expected slot x partitions come in as
--- arrays (computed by runner/schedule.py from the job's current definition).
+-- arrays (the schedule history's slots where the ledger tracks the job: owed_slots; the
+-- current definition's before that).
 
 -- name: impact
 -- What a plan over these slot x partitions would find, by the state of each one's run:
@@ -270,3 +271,16 @@ FROM runner.cancel_backfill_v1(%(plan_id)s, %(who)s, %(reason)s, %(now)s::timest
 -- name: record_backfill_verify
 SELECT runner.record_backfill_verify_v1(%(plan_id)s, %(verify_status)s, %(verify_detail)s::jsonb,
                                         %(who)s, %(reason)s, %(now)s::timestamptz) AS request_id
+
+-- name: track_from
+-- Where the ledger starts tracking a job (NULL: a job it does not know).
+SELECT track_from FROM runner.jobs WHERE job_name = %(job_name)s
+
+-- name: owed_slots
+-- The slots a job owes in a backfill's range by its schedule history: runner.expected_slots_v1
+-- (the one definition of expected), paused ones included (a backfill catches them up).
+SELECT schedule_slot
+FROM runner.expected_slots_v1(%(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz,
+                              %(now)s::timestamptz)
+WHERE schedule_slot < %(range_to)s::timestamptz
+ORDER BY schedule_slot

@@ -110,6 +110,15 @@ SELECT a.job_name, count(*) AS alerts
 FROM runner.alerts a
 GROUP BY a.job_name
 
+-- name: session_ended
+-- Whether a console session was ended (logged out) by any console on this ledger
+-- (runner.web_sessions_ended, revision 0007_websessions; key: its id's SHA-256).
+SELECT EXISTS (SELECT 1 FROM runner.web_sessions_ended e WHERE e.session_hash = %(session_hash)s) AS ended
+
+-- name: end_session
+-- Logging out: the session is refused by every console from now on.
+SELECT runner.end_web_session_v1(%(session_hash)s, %(user_name)s, to_timestamp(%(expires)s)) AS added
+
 -- name: runners
 -- The Runners page: every runner process the ledger knows (runner.instances, newest beat
 -- first; retention prunes the long stopped ones), live (not stopped, heartbeat within 15 s, as

@@ -33,11 +33,11 @@ FROM (
     ) s
     CROSS JOIN LATERAL (
         SELECT count(*) AS runs,
-               count(*) FILTER (WHERE r.status IN ('succeeded', 'skipped', 'coalesced', 'cancelled')) AS done,
-               min(r.id) FILTER (WHERE r.status NOT IN ('succeeded', 'skipped', 'coalesced', 'cancelled'))
+               count(*) FILTER (WHERE runner.run_settled_v1(r.status)) AS done,
+               min(r.id) FILTER (WHERE NOT runner.run_settled_v1(r.status))
                    AS open_run_id,
                string_agg(DISTINCT r.status, ', ')
-                   FILTER (WHERE r.status NOT IN ('succeeded', 'skipped', 'coalesced', 'cancelled'))
+                   FILTER (WHERE NOT runner.run_settled_v1(r.status))
                    AS open_statuses
         FROM runner.job_runs r
         WHERE r.job_name = job.job_name AND r.schedule_slot = s.slot

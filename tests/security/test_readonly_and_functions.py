@@ -1,5 +1,5 @@
-"""The rest of the role matrix: runner_readonly writes nothing and calls no function that
-writes; every function that runs as the schema owner (SECURITY DEFINER) has a fixed
+"""The rest of the role matrix: runner_readonly writes nothing of the ledger and calls no
+function that does (it may end a console session: runner.end_web_session_v1); every function that runs as the schema owner (SECURITY DEFINER) has a fixed
 search_path, is not callable by PUBLIC, and is granted to exactly the role whose action it
 is."""
 
@@ -21,6 +21,9 @@ OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create
                       "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1"}
 # retention (revision 0009): the runners' background duty and `runner prune`
 SHARED_FUNCTIONS = {"prune_v1"}
+# the console's logout (0007_websessions): ends one `runner web` session by the hash of its
+# random id, to the operator and the readonly role (a console of viewers); no ledger history
+CONSOLE_FUNCTIONS = {"end_web_session_v1"}
 # called only by the functions above, or by a trigger, as the owner
 INTERNAL = {"lock_backfill_for_action", "record_pause_v1"}
 # owned by the condition role, not the schema owner: it runs the caller's condition as that
@@ -60,7 +63,7 @@ def definer_functions(url: str) -> list[tuple[str, list[str] | None, str]]:
 def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: Logins) -> None:
     found = definer_functions(logins.admin)
     assert {name for name, _, _ in found} == (WORKER_FUNCTIONS | OPERATOR_FUNCTIONS | SHARED_FUNCTIONS | INTERNAL
-                                             | CONDITION_FUNCTIONS)
+                                             | CONDITION_FUNCTIONS | CONSOLE_FUNCTIONS)
     for name, config, signature in found:
         if name in CONDITION_FUNCTIONS:
             assert scalar(logins.admin, "SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = %s::regprocedure",
@@ -77,5 +80,6 @@ def test_every_definer_function_is_fenced_and_granted_to_its_role_only(logins: L
                     else {logins.groups["operator"]} if name in OPERATOR_FUNCTIONS
                     else {logins.groups["worker"], logins.groups["operator"]}
                     if name in CONDITION_FUNCTIONS | SHARED_FUNCTIONS
+                    else {logins.groups["operator"], logins.groups["readonly"]} if name in CONSOLE_FUNCTIONS
                     else set())
         assert grantees == expected, signature

@@ -140,6 +140,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+WEB_PIDS: dict[str, int] = {}  # base URL -> the pid of the `runner web` serving it (runner_webs)
+
+
 @contextmanager
 def runner_webs(url: str, logs: Path, specs: dict[str, tuple[tuple[str, ...], dict[str, str]]]
                 ) -> Iterator[dict[str, str]]:
@@ -156,6 +159,7 @@ def runner_webs(url: str, logs: Path, specs: dict[str, tuple[tuple[str, ...], di
             proc = subprocess.Popen(runner_cmd("web", "--port", str(port), "--database-url", url, *args),
                                     env={**environ, **env}, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
             procs[name] = (proc, f"http://127.0.0.1:{port}", log, out)
+            WEB_PIDS[f"http://127.0.0.1:{port}"] = proc.pid
 
         def up() -> bool:
             for proc, base, log, _ in procs.values():

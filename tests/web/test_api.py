@@ -41,7 +41,7 @@ def console(url: str, creds: auth.Credentials | None = None, **kw: Any) -> Itera
     creds = creds or auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN,
                                                "RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN})
     with TestClient(create_app(WebConfig(database_url=url, read_database_url=None, credentials=creds, **kw)),
-                    follow_redirects=False) as client:
+                    follow_redirects=False, base_url="http://localhost") as client:
         yield client
 
 
@@ -128,16 +128,38 @@ def test_a_forged_or_tampered_session_is_refused(ledger: Ledger) -> None:
     other = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})  # another secret
     viewer = creds.by_token(VIEWER_TOKEN)
     assert viewer is not None
-    genuine = creds.session_cookie(viewer)
+    genuine = creds.session_cookie(viewer, VIEWER_TOKEN)
     _, _, sig = genuine.rpartition(".")
     import base64
     import json
     forged_body = base64.urlsafe_b64encode(json.dumps(
-        {"u": "viewer", "r": "operator", "e": 2**40}).encode()).decode().rstrip("=")
+        {"u": "viewer", "r": "operator", "e": 2**40, "s": "x" * 43,
+         "k": creds.token_mark(VIEWER_TOKEN)}).encode()).decode().rstrip("=")
     assert creds.by_session(genuine) is not None
     assert creds.by_session(f"{forged_body}.{sig}") is None
-    assert creds.by_session(other.session_cookie(viewer)) is None
-    assert creds.by_session(creds.session_cookie(viewer, now=0)) is None  # expired
+    assert creds.by_session(other.session_cookie(viewer, VIEWER_TOKEN)) is None
+    assert creds.by_session(creds.session_cookie(viewer, VIEWER_TOKEN, now=0)) is None  # expired
+    # made with a token that is not (any more) the user's: refused whatever its signature
+    assert creds.by_session(creds.session_cookie(viewer, OPERATOR_TOKEN)) is None
+    assert creds.by_session(creds.session_cookie(viewer, "an-old-token-0123456789")) is None
+
+
+def test_a_session_the_ledger_cannot_check_is_refused_not_served(ledger: Ledger, db_roles: Any) -> None:
+    """Issue 28: whether a session was logged out is the ledger's to say; when it cannot say
+    (here the console's login lost SELECT on runner.web_sessions_ended), a page asked with a
+    session is refused with 503, never served unchecked. Tokens on the API need no session."""
+    import psycopg
+    from psycopg import sql
+
+    with console(ledger.operator) as client:
+        login(client)
+        assert client.get("/").status_code == 200
+        with psycopg.connect(ledger.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("REVOKE SELECT ON runner.web_sessions_ended FROM {}").format(
+                sql.Identifier(db_roles.groups["operator"])))
+        refused = client.get("/")
+        assert refused.status_code == 503 and "cannot be checked" in refused.text
+        assert client.get("/api/jobs", headers=OP).status_code == 200
 
 
 # -- permissions -----------------------------------------------------------------------------------
@@ -543,7 +565,7 @@ def test_the_pages_read_through_the_read_only_url_and_actions_write_through_the_
 
     creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
     config = WebConfig(database_url=ledger.operator, read_database_url=ledger.readonly, credentials=creds)
-    with TestClient(create_app(config), follow_redirects=False) as client:
+    with TestClient(create_app(config), follow_redirects=False, base_url="http://localhost") as client:
         for path in ("/api/jobs", f"/api/runs/{ledger.ids['dead']}", "/api/alerts"):
             assert client.get(path, headers=OP).status_code == 200, path
         with psycopg.connect(ledger.admin, autocommit=True) as conn:
@@ -552,7 +574,9 @@ def test_the_pages_read_through_the_read_only_url_and_actions_write_through_the_
                 " WHERE datname = current_database() AND application_name LIKE 'runner-web-%'").fetchall())
         readonly_user = psycopg.conninfo.conninfo_to_dict(ledger.readonly)["user"]
         operator_user = psycopg.conninfo.conninfo_to_dict(ledger.operator)["user"]
-        assert sessions == {"runner-web-read": readonly_user, "runner-web-act": operator_user}
+        # sessions are checked and ended on --database-url (never the replica: a logout holds at once)
+        assert sessions == {"runner-web-read": readonly_user, "runner-web-act": operator_user,
+                            "runner-web-session": operator_user}
         done = client.post("/api/jobs/pause", headers=OP, json={"job": HOSTILE_JOB, "reason": "replica test"})
         assert done.status_code == 200, done.text
     assert requests_rows(ledger.admin)[-1]["db_user"] == operator_user

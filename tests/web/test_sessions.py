@@ -19,7 +19,16 @@ import httpx2
 import pytest
 
 from runner.web import auth
-from tests.web.conftest import OPERATOR_TOKEN, VIEWER_TOKEN, Ledger, runner_web, runner_webs
+from tests.support import rows
+from tests.web.conftest import (
+    HOSTILE_JOB,
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    Ledger,
+    requests_rows,
+    runner_web,
+    runner_webs,
+)
 
 TOKENS = {"RUNNER_WEB_TOKEN": OPERATOR_TOKEN, "RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN}
 SECRET_A = "a" * 20 + "-shared-session-secret-0001"
@@ -82,10 +91,10 @@ def test_a_session_is_shared_by_processes_with_the_same_secret(consoles: dict[st
     user = auth.User(name="operator", role="operator", via="token")
     same = auth.credentials(environ=TOKENS)
     assert same.secret_source == "tokens"
-    assert accepts(consoles["derived"], same.session_cookie(user))
-    assert not accepts(consoles["env_a"], same.session_cookie(user))
+    assert accepts(consoles["derived"], same.session_cookie(user, OPERATOR_TOKEN))
+    assert not accepts(consoles["env_a"], same.session_cookie(user, OPERATOR_TOKEN))
     rotated = auth.credentials(environ={**TOKENS, "RUNNER_WEB_VIEWER_TOKEN": VIEWER_TOKEN + "x"})
-    assert not accepts(consoles["derived"], rotated.session_cookie(user))
+    assert not accepts(consoles["derived"], rotated.session_cookie(user, OPERATOR_TOKEN))
 
 
 def test_a_session_secret_must_be_private_long_and_given_once(tmp_path: Path) -> None:
@@ -130,3 +139,63 @@ def test_failed_logins_are_limited_per_client_and_in_all(ledger: Ledger, tmp_pat
         assert d.get("/", headers={"Cookie": f"{auth.SESSION_COOKIE}={session}"}).status_code == 200
     log = (tmp_path / "web.log").read_text()
     assert "wrong token from 127.0.0.2" in log and OPERATOR_TOKEN not in log
+
+
+# -- issue 28, point 4: a session outlives neither its token nor its logout ----------------------
+
+ALICE_OLD = "alice-old-token-0123456789abcdef"
+ALICE_NEW = "alice-new-token-fedcba9876543210"
+
+
+def pause_with(base: str, cookie: str, reason: str) -> int:
+    """The attack: a client that kept ``cookie`` (and nothing else) pauses a job through the
+    console's form; the status answered."""
+    with client(base) as http:
+        http.cookies.set(auth.SESSION_COOKIE, cookie)
+        form = http.get("/login")
+        found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+        assert found
+        return http.post("/actions/pause", data={"job": HOSTILE_JOB, "reason": reason,
+                                                 auth.CSRF_FIELD: found.group(1)}).status_code
+
+
+def pauses(ledger: Ledger) -> list[tuple[str, str]]:
+    return [(r["who"], r["reason"]) for r in requests_rows(ledger.admin) if r["action"] == "pause"][1:]
+
+
+def test_a_session_ends_with_its_token_and_at_logout_in_every_console(ledger: Ledger, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    env = {"RUNNER_WEB_SESSION_SECRET": SECRET_A}
+    tokens.write_text(f"alice operator {ALICE_OLD}\nbob viewer {VIEWER_TOKEN}\n")
+    with runner_web(ledger.operator, tmp_path, "--token-file", str(tokens), env=env) as base:
+        with client(base) as http:
+            assert login(http, ALICE_OLD).status_code == 303
+            old = http.cookies.get(auth.SESSION_COOKIE)
+        assert old and accepts(base, old)
+        assert pause_with(base, old, "before the rotation") == 200
+    assert pauses(ledger) == [("web:alice", "before the rotation")]
+    # alice's token is replaced (it leaked) and the console restarted, with the same secret
+    tokens.write_text(f"alice operator {ALICE_NEW}\nbob viewer {VIEWER_TOKEN}\n")
+    with runner_webs(ledger.operator, tmp_path, {"one": (("--token-file", str(tokens)), env),
+                                                 "two": (("--token-file", str(tokens)), env)}) as bases:
+        assert not accepts(bases["one"], old), "a session made with alice's old token still works"
+        assert pause_with(bases["one"], old, "with the old token's session") == 401
+        with client(bases["one"]) as http:
+            assert login(http, ALICE_OLD).status_code == 401
+            assert login(http, ALICE_NEW).status_code == 303
+            new = http.cookies.get(auth.SESSION_COOKIE)
+            assert new and accepts(bases["one"], new) and accepts(bases["two"], new)
+            form = http.get("/")
+            assert form.status_code == 200
+            out = http.post("/logout", data={auth.CSRF_FIELD: http.cookies.get(auth.CSRF_COOKIE)})
+            assert out.status_code == 303
+            assert http.cookies.get(auth.SESSION_COOKIE) is None  # the browser's copy
+        # a client that kept the cookie: refused by this console and by the other one
+        assert not accepts(bases["one"], new), "the cookie still works after logout"
+        assert not accepts(bases["two"], new), "another console still accepts a logged-out session"
+        assert pause_with(bases["two"], new, "after logout") == 401
+    ended = rows(ledger.admin, "SELECT user_name, expires_at > now() FROM runner.web_sessions_ended")
+    assert ended == [("alice", True)]
+    with runner_web(ledger.operator, tmp_path, "--token-file", str(tokens), env=env) as base:
+        assert not accepts(base, new), "a logged-out session came back with a restart"
+    assert pauses(ledger) == [("web:alice", "before the rotation")]

@@ -1,0 +1,2 @@
+-- 0007_websessions, down
+DROP TABLE IF EXISTS runner.web_sessions_ended;
