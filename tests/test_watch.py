@@ -79,6 +79,13 @@ def test_no_runner_needs_a_silent_fleet_and_due_work(tx: psycopg.Connection[Any]
     instance("2 minutes")
     [(_, _, detail)] = no_runner_rows(tx)
     assert "job 'due' (and maybe others) owes slots" in detail and "0 run(s) queued" in detail
+    tx.execute("SET LOCAL runner.no_runner_after = 'banana'")  # unusable: 60 s, and said so
+    assert len(no_runner_rows(tx)) == 1
+    [(bad,)] = tx.execute("SELECT detail FROM runner.alerts WHERE kind = 'bad_setting'").fetchall()
+    assert "runner.no_runner_after is 'banana'" in bad and "no_runner uses 60 seconds" in bad
+    tx.execute("SET LOCAL runner.no_runner_after = '3 minutes'")  # the newest beat 2 minutes ago
+    assert no_runner_rows(tx) == []
+    tx.execute("RESET runner.no_runner_after")
     instance("50 seconds", stopped=True)  # the newest beat 50 s ago: not yet 60 s
     assert no_runner_rows(tx) == []
     tx.execute("DELETE FROM runner.instances")

@@ -55,7 +55,8 @@
 --              detail names each fingerprint with its schedule and the runners that run it, and
 --              which one the schedule history holds (runner/history.py)
 --   bad_setting       a setting this view reads is set (ALTER DATABASE/ROLE ... SET, SET) to
---              something it cannot use: runner.job_not_in_code_after not an interval above
+--              something it cannot use: runner.job_not_in_code_after (or, since revision
+--              0010_watch, runner.no_runner_after: no_runner uses 60 seconds) not an interval above
 --              zero and at most 100 years in the forms runner.interval_setting_v1 reads
 --              ('6 hours', '1 day 12 hours', '06:30'). The branch that reads it
 --              uses its default instead (24 hours), so a typo never makes this view fail;
