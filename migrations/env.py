@@ -6,7 +6,9 @@ config's sqlalchemy.url (set by `runner db ...`), `-x url=...`, RUNNER_DATABASE_
 DATABASE_URL. Online, it first takes the session-level advisory lock (21077, -2), one per
 database whatever RUNNER_LOCK_NAMESPACE says (and (namespace, -2) too under another namespace:
 runner/migrate.py, MIGRATE_LOCK_KEY), and holds it until done, so two deploys never migrate at
-once. Every revision still to apply runs in one transaction; each statement waits at most the
+once; so a URL through a transaction or statement pool, where that lock would outlive the
+migration on a pooled backend, is refused first (runner/pooler.py). Every revision still to
+apply runs in one transaction; each statement waits at most the
 lock timeout (RUNNER_MIGRATE_LOCK_TIMEOUT seconds, 5 unless set) for a lock, and a migration
 that hits it is rolled back whole and tried again, RUNNER_MIGRATE_ATTEMPTS times in all (3),
 then fails with one line, nothing applied. Offline mode (`runner db sql`, `alembic upgrade
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import time
 
+import psycopg
 from alembic import context
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
@@ -36,6 +39,7 @@ from runner.migrate import (
     migrate_lock_timeout,
     stamp_target,
 )
+from runner.pooler import check_session
 from runner.settings import ConfigError, lock_namespace, sqlalchemy_url
 from runner.sqlfiles import object_checksum, objects_to_apply, queries, read_sql
 
@@ -118,10 +122,27 @@ def _lock_timed_out(exc: OperationalError) -> bool:
     return getattr(exc.orig, "sqlstate", None) == "55P03"  # lock_not_available
 
 
+def _refuse_a_pool(url: str) -> None:
+    """The migrate lock below is a session lock, held until the migration's session ends:
+    through a transaction or statement pool it would stay on a pooled backend after the
+    migration (and every later upgrade would wait for it). Such a URL is refused with one
+    line, before anything is taken or applied (runner/pooler.py)."""
+    libpq = "postgresql://" + url.split("://", 1)[1]
+    try:
+        conn = psycopg.connect(libpq, autocommit=True, prepare_threshold=None, connect_timeout=10,
+                               application_name="runner-migrate")
+    except psycopg.OperationalError:
+        return  # the engine's own connection says why, as before
+    with conn:
+        check_session(conn, "the migration's database URL")
+
+
 def run_online() -> None:
     lock_timeout = migrate_lock_timeout(config.get_main_option("runner_lock_timeout"))
     attempts = migrate_attempts(config.get_main_option("runner_attempts"))
-    engine = create_engine(_url(), poolclass=NullPool)
+    url = _url()
+    _refuse_a_pool(url)
+    engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             # one deploy migrates at a time: the others wait here for this session lock (one

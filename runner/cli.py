@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import actions, audit, backfill, lanes, ledger, migrate, operate
+from runner import actions, audit, backfill, lanes, ledger, migrate, operate, pooler
 from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 from runner.errors import JobDefinitionError, JobRetired
 from runner.loader import load_app
@@ -356,6 +356,9 @@ def start(
             raise ConfigError(f"the app {app_spec!r} registers no jobs")
         namespace = lock_namespace()
         choice, conn = _open_ledger(database_url)
+        # a transaction or statement pool: refused before anything else (runner/pooler.py; the
+        # lock session checks again when it opens and at every reconnect)
+        pooler.check_session(conn)
         warning = None if choice.embedded else migrate.privilege_warning(conn)
         conn.close()
         if warning is not None:

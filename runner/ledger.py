@@ -497,18 +497,17 @@ def end_hung_owners(conn: psycopg.Connection[Any], job_names: Sequence[str], def
 @dataclass(frozen=True)
 class Squatter:
     """A session holding advisory keys of the runner's namespace that is not a registered
-    runner session (sql/queries/takeover.sql ``end_squatters``)."""
+    runner session (sql/queries/takeover.sql ``squatters``)."""
 
     pid: int
     run_ids: list[int]
     user: str | None
     application: str | None
-    terminated: bool
 
 
-def end_squatters(conn: psycopg.Connection[Any], namespace: int) -> list[Squatter]:
-    rows = conn.execute(TQ["end_squatters"], {"namespace": namespace}).fetchall()
-    return [Squatter(r[0], list(r[1]), r[2], r[3], bool(r[4])) for r in rows]
+def squatters(conn: psycopg.Connection[Any], namespace: int) -> list[Squatter]:
+    rows = conn.execute(TQ["squatters"], {"namespace": namespace}).fetchall()
+    return [Squatter(r[0], list(r[1]), r[2], r[3]) for r in rows]
 
 
 def take_over_orphans(

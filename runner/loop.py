@@ -59,7 +59,7 @@ from uuid import uuid4
 
 import psycopg
 
-from runner import __version__, conditions, gapscan, history, ledger, retention
+from runner import __version__, conditions, gapscan, history, ledger, pooler, retention
 from runner.duties import Duties, Duty, on_own_connection
 from runner.events import event
 from runner.jobs import JobDef, JobSource
@@ -199,7 +199,13 @@ class Worker:
                         self._wake.wait(1.0)
                         continue
                     log.warning("database connection lost (%s); reconnecting", first_line(exc))
-                    self.session.reconnect(self.attempts)
+                    try:
+                        self.session.reconnect(self.attempts)
+                    except pooler.PoolerRefused as refused:
+                        # the URL now leads to a transaction pool (runner/pooler.py): no lock
+                        # would hold there; the process stops (runs released, as at shutdown)
+                        log.error("%s; stopping", refused)
+                        raise
                     continue
                 except Exception:
                     log.exception("unexpected error in the loop; continuing in 1 s")

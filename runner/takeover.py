@@ -23,13 +23,17 @@ role as the holder, or superuser); the lock goes with the session and the next p
 the run over. If the old owner wakes up, every write it tries is refused by the fence.
 
 Only a registered runner session (runner.instances, sql/functions/runner_sessions_v1.sql)
-is an owner. Any other session holding a key of the runner's lock namespace is a *squatter*
-(an application sharing ``RUNNER_LOCK_NAMESPACE``, or a login that takes keys on purpose:
-any role that can connect can): while it holds a running run's key the run cannot be
-recovered, and a run due to take its key fails (runner.LockUnavailable, counted against
-``max_attempts``). ``run_once`` ends squatters first, where this runner's role may (the same
-privilege as for hung owners), and logs each (``lock_squatter_ended``, or ``lock_squatter``
-once a minute per session when it may not); runner.alerts lists them (``lock_squatter``).
+is an owner, and only a session proven to be a runner's lock session is ever ended
+(runner.try_terminate_v1 checks it again: registered, and connected as ``runner``). Any other
+session holding a key of the runner's lock namespace is a *squatter* (an application sharing
+``RUNNER_LOCK_NAMESPACE``, a login that takes keys on purpose: any role that can connect can,
+or a pooled backend a runner left keys on through a transaction pool, which a pooler hands to
+the application's clients): while it holds a running run's key the run cannot be recovered,
+and a run due to take its key fails (runner.LockUnavailable, counted against
+``max_attempts``). A squatter is never ended (it may be the application's session: ending it
+would cut the application off), only reported: ``run_once`` logs each (``lock_squatter``, once
+a minute per session) and runner.alerts lists them (``lock_squatter``) until it releases the
+keys or an operator ends it.
 """
 
 from __future__ import annotations
@@ -61,11 +65,11 @@ class TakeoverResult:
 
 def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
              limit: int | Mapping[str, int], default_lease: float = DEFAULT_LEASE) -> TakeoverResult:
-    """One pass: end squatters and hung owners past their lease, then take over runs with
+    """One pass: report squatters (never ended), end hung owners past their lease, then take over runs with
     no live owner: ``limit`` maps each lane this process serves to its free in-flight room
     here (a lane not in it is not taken from); an int: any lane, that many in all. ``conn``
     must be this process's lock session."""
-    _end_squatters(conn, owner.namespace)
+    _report_squatters(conn, owner.namespace)
     hung = ledger.end_hung_owners(conn, job_names, default_lease)
     for h in hung:
         if h.terminated:
@@ -89,20 +93,17 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
     return TakeoverResult(taken=taken, terminated=[h for h in hung if h.terminated])
 
 
-def _end_squatters(conn: psycopg.Connection[Any], namespace: int) -> None:
+def _report_squatters(conn: psycopg.Connection[Any], namespace: int) -> None:
     now = time.monotonic()
-    for s in ledger.end_squatters(conn, namespace):
+    for s in ledger.squatters(conn, namespace):
+        if now - _reported.get(s.pid, -SQUATTER_LOG_EVERY) < SQUATTER_LOG_EVERY:
+            continue
+        _reported[s.pid] = now
         runs = ", ".join(map(str, s.run_ids[:10])) + (", ..." if len(s.run_ids) > 10 else "")
-        if s.terminated:
-            event(log, "lock_squatter_ended", logging.WARNING, session=s.pid, user=s.user,
-                  application=s.application, keys=len(s.run_ids), runs=runs,
-                  reason="not a registered runner session: ended it")
-        elif now - _reported.get(s.pid, -SQUATTER_LOG_EVERY) >= SQUATTER_LOG_EVERY:
-            _reported[s.pid] = now
-            event(log, "lock_squatter", logging.ERROR, session=s.pid, user=s.user,
-                  application=s.application, keys=len(s.run_ids), runs=runs,
-                  reason="not a registered runner session, and this runner may not end it "
-                         "(grant pg_signal_backend, or end it by hand): the runs it holds cannot "
-                         "be recovered, runs due to take its keys fail")
+        event(log, "lock_squatter", logging.ERROR, session=s.pid, user=s.user,
+              application=s.application, keys=len(s.run_ids), runs=runs,
+              reason="not a registered runner session, so never ended by a runner (it may be the "
+                     "application's, or a pooled backend): the runs it holds cannot be recovered and "
+                     "runs due to take its keys fail until it releases them or an operator ends it")
     if len(_reported) > 1000:
         _reported.clear()

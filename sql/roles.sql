@@ -180,7 +180,7 @@ BEGIN
                             THEN worker ELSE operator END);
     END LOOP;
 
-    -- the console's logout (revision 0007_websessions): ends one `runner web` session by the
+    -- the console's logout (revision 0006_websessions): ends one `runner web` session by the
     -- hash of its random id. To the operator and the readonly role (a console of viewers may
     -- log in as either); it writes nothing of the ledger's history.
     IF to_regprocedure('runner.end_web_session_v1(text, text, timestamptz)') IS NOT NULL THEN

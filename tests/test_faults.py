@@ -184,13 +184,22 @@ def test_ending_a_hung_owner_without_the_privilege_is_false_not_an_error(db_url:
         admin.execute(f'CREATE ROLE "{role}" LOGIN')
         admin.execute(f'GRANT USAGE ON SCHEMA runner TO "{role}"')
         admin.execute(f'GRANT EXECUTE ON FUNCTION runner.try_terminate_v1(integer) TO "{role}"')
-        victim = admin.info.backend_pid
+        # a runner's own lock session (registered, connected as runner): the one kind of
+        # session try_terminate_v1 ends, where the caller may
+        victim_conn = psycopg.connect(db_url, autocommit=True, application_name="runner")
+        victim_conn.execute("INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace,"
+                            " runner_version, jobs, definitions)"
+                            " VALUES (%s, 'h', 1, pg_backend_pid(), 21077, 't', '{}', '{}')", (uuid.uuid4(),))
+        victim = victim_conn.info.backend_pid
         try:
             url = psycopg.conninfo.make_conninfo(db_url, user=role)
             with psycopg.connect(url, autocommit=True) as weak:
                 assert weak.execute("SELECT runner.try_terminate_v1(%s)", (victim,)).fetchone() == (False,)
-            assert admin.execute("SELECT 1").fetchone() == (1,)  # still alive
+            assert victim_conn.execute("SELECT 1").fetchone() == (1,)  # still alive
+            assert scalar(db_url, "SELECT count(*) FROM runner.runner_sessions_v1() s WHERE s = %s",
+                          (victim,)) == 1  # (so it was the privilege that kept it)
         finally:
+            victim_conn.close()
             admin.execute(f'DROP OWNED BY "{role}"')
             admin.execute(f'DROP ROLE "{role}"')
 

@@ -4,7 +4,7 @@
 Never edited once merged (tests/test_migrations.py holds the checksum of every schema step).
 
 Revision ID: 0010_watch
-Revises: 0007_websessions
+Revises: 0006_websessions
 Create Date: 2026-12-03
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from runner.sqlfiles import apply_files
 
 revision = "0010_watch"
-down_revision = "0007_websessions"
+down_revision = "0006_websessions"
 branch_labels = None
 depends_on = None
 

@@ -4,9 +4,11 @@ The lock connection is a long-lived session (autocommit) that issues the claims,
 the process wins is locked by ``pg_try_advisory_lock`` in the claim statement itself, on the
 session that holds it for the run's whole attempt. The loop thread uses it for every duty;
 the completer thread unlocks finished runs on it (a psycopg connection serialises its
-statements). When it dies, its locks die with it: ``reconnect`` opens a new one and locks
-again the runs still being executed that nobody took over meanwhile; the others are asked to
-stop (whatever they record will be refused by the fence).
+statements). It must be a session of its own, not one of a transaction or statement pool
+(runner/pooler.py): checked when it opens and at every reconnect. When it dies, its locks die
+with it: ``reconnect`` opens a new one and locks again the runs still being executed that
+nobody took over meanwhile; the others are asked to stop (whatever they record will be
+refused by the fence).
 
 Slot instants are compared with the database clock: ``now()`` is the local clock plus an
 offset measured at start and refreshed every minute (the ``clock`` duty), and pulled back
@@ -24,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
+from runner import ledger, pooler
 from runner.ledger import Owner
 from runner.worker.attempts import Attempts
 from runner.worker.config import connect, first_line
@@ -44,8 +46,22 @@ class LockSession:
         self._offset = 0.0  # database clock minus local clock, seconds
 
     def open(self) -> psycopg.Connection[Any]:
-        self._conn = connect(self.url)
+        """Connect; PoolerRefused (one line) when the URL goes through a transaction or
+        statement pool (runner/pooler.py): its locks would not stay with this session."""
+        self._conn = self._connect()
         return self._conn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A new lock session, checked: proven direct in one statement, else the full check
+        on connections of the check's own (runner/pooler.py)."""
+        conn = connect(self.url)
+        try:
+            if not pooler.direct(conn):
+                pooler.check_url(self.url)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     @property
     def opened(self) -> bool:
@@ -86,7 +102,9 @@ class LockSession:
         delay = 0.2
         while not self._stop.is_set():
             try:
-                self._conn = connect(self.url)
+                # the URL may lead elsewhere now (a pooler put in front of the database):
+                # PoolerRefused goes up and stops the process (Worker.run)
+                self._conn = self._connect()
                 mine = attempts.keys()
                 # peers see the new session first: a session holding runner keys that is not
                 # registered is a squatter to them (runner/takeover.py)

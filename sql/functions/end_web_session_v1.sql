@@ -1,4 +1,4 @@
--- runner.end_web_session_v1: logging out of `runner web` (revision 0007_websessions). Records
+-- runner.end_web_session_v1: logging out of `runner web` (revision 0006_websessions). Records
 -- a session as ended: session_hash is the SHA-256 (64 hex digits) of the random id its
 -- signed cookie carries, expires_at the cookie's own expiry (at most 31 days ahead). Every
 -- console process on this ledger refuses that cookie from then on, whatever its signature.

@@ -37,7 +37,7 @@ WITH clock AS (
     FROM late a
     JOIN held l ON l.lock_key = a.lock_key
     -- only a registered runner session is an owner; any other holder is a squatter
-    -- (end_squatters)
+    -- (squatters), and runner.try_terminate_v1 checks it again
     WHERE l.pid IN (SELECT runner.runner_sessions_v1())
 ), holders AS (
     SELECT holder, min(run_id) AS run_id, min(heartbeat_at) AS heartbeat_at
@@ -46,12 +46,14 @@ WITH clock AS (
 SELECT holder, run_id, heartbeat_at, runner.try_terminate_v1(holder) AS terminated
 FROM holders
 
--- name: end_squatters
+-- name: squatters
 -- Sessions that hold advisory keys of this runner's lock namespace and are not registered
--- runner sessions (runner.runner_sessions_v1): an application sharing the namespace, or any
--- login taking keys on purpose. While one holds a running run's key, that run cannot be
--- recovered; a run due to take its key fails (runner.LockUnavailable, counted). End each,
--- where this role may (runner.try_terminate_v1); runner.alerts shows them (lock_squatter).
+-- runner sessions (runner.runner_sessions_v1): an application sharing the namespace, any
+-- login taking keys on purpose, or a pooled backend left holding keys by a runner that went
+-- through a transaction pool. While one holds a running run's key, that run cannot be
+-- recovered; a run due to take its key fails (runner.LockUnavailable, counted). Reported,
+-- never ended: a runner ends only sessions proven to be runners' own (runner.try_terminate_v1);
+-- runner.alerts shows them (lock_squatter).
 WITH held AS MATERIALIZED (
     SELECT l.pid, ((l.classid::bigint & 65535) << 32) | l.objid::bigint AS run_id
     FROM pg_locks l
@@ -65,7 +67,7 @@ WITH held AS MATERIALIZED (
     WHERE h.pid NOT IN (SELECT runner.runner_sessions_v1())
     GROUP BY h.pid
 )
-SELECT s.pid, s.run_ids, a.usename, a.application_name, runner.try_terminate_v1(s.pid) AS terminated
+SELECT s.pid, s.run_ids, a.usename, a.application_name
 FROM squatter s
 LEFT JOIN pg_stat_activity a ON a.pid = s.pid
 

@@ -112,7 +112,7 @@ GROUP BY a.job_name
 
 -- name: session_ended
 -- Whether a console session was ended (logged out) by any console on this ledger
--- (runner.web_sessions_ended, revision 0007_websessions; key: its id's SHA-256).
+-- (runner.web_sessions_ended, revision 0006_websessions; key: its id's SHA-256).
 SELECT EXISTS (SELECT 1 FROM runner.web_sessions_ended e WHERE e.session_hash = %(session_hash)s) AS ended
 
 -- name: end_session

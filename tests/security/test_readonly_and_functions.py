@@ -21,7 +21,7 @@ OPERATOR_FUNCTIONS = {"rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create
                       "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1"}
 # retention (revision 0009): the runners' background duty and `runner prune`
 SHARED_FUNCTIONS = {"prune_v1"}
-# the console's logout (0007_websessions): ends one `runner web` session by the hash of its
+# the console's logout (0006_websessions): ends one `runner web` session by the hash of its
 # random id, to the operator and the readonly role (a console of viewers); no ledger history
 CONSOLE_FUNCTIONS = {"end_web_session_v1"}
 # called only by the functions above, or by a trigger, as the owner

@@ -1,4 +1,4 @@
--- 0007_websessions (issue 28, point 4): the console's ended sessions. A `runner web` session
+-- 0006_websessions (issue 28, point 4): the console's ended sessions. A `runner web` session
 -- cookie is signed and carries a random id; logging out records the SHA-256 of that id here
 -- (with the cookie's own expiry), and every console process on this ledger refuses a cookie
 -- whose id is listed (runner/web/auth.py). Written only through runner.end_web_session_v1,

@@ -1,2 +1,2 @@
--- 0007_websessions, down
+-- 0006_websessions, down
 DROP TABLE IF EXISTS runner.web_sessions_ended;
