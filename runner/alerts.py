@@ -25,6 +25,7 @@ KINDS: tuple[str, ...] = (
     "definition_conflict",  # live runners run two definitions of one job's schedule
     "bad_setting",       # a setting the alerts read cannot be used
     "copied_ledger",     # a restored copy of a ledger, not adopted yet: its runners hold plans
+    "no_runner",         # no live runner for longer than the setting while jobs are due
 )
 
 

@@ -37,6 +37,7 @@ from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership, error_text
 from runner.jobs import JobDef
 from runner.ledger import ClaimedRun, Outcome
+from runner.settings import redact
 
 log = logging.getLogger("runner.attempt")
 
@@ -56,9 +57,33 @@ _CRASH_POINT = os.environ.get("RUNNER_CRASH_POINT")
 _CRASH_RATE = float(os.environ.get("RUNNER_CRASH_RATE", "1.0")) if _CRASH_POINT else 1.0
 
 
+# a failed attempt's traceback is kept up to this many characters (its innermost frames,
+# where the error is, and the exception line at its end); the rest is cut from the middle
+TRACEBACK_LIMIT = 8000
+
+
+def traceback_text(exc: BaseException, limit: int = TRACEBACK_LIMIT) -> str | None:
+    """``exc``'s traceback as text for the attempt row (None when it carries no frames: an
+    error the runner made, such as a timeout), redacted with the same rule as every database
+    URL the runner prints (runner.settings.redact: passwords in URLs and password=...
+    arguments), without NUL characters (PostgreSQL text refuses them), and at most ``limit``
+    characters: the head line and the tail, the middle cut with a note of how much."""
+    if exc.__traceback__ is None:
+        return None
+    text = redact("".join(traceback.format_exception(exc)).replace("\x00", "\\x00"))
+    if len(text) <= limit:
+        return text
+    head = text.split("\n", 1)[0][:200] + "\n"
+    note = "  ... {} characters cut ...\n"
+    tail = text[-(limit - len(head) - len(note.format(len(text)))):]
+    return head + note.format(len(text) - len(head) - len(tail)) + tail
+
+
 def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: RunContext | None) -> Outcome:
     """The outcome of an attempt that raised: dead when permanent or out of attempts, else
-    failed with the next attempt's delay from the job's backoff."""
+    failed with the next attempt's delay from the job's backoff. The attempt row also gets
+    the redacted, bounded traceback and the handler's last heartbeat (revision 0008_watch);
+    the run's last_error and the log keep one line."""
     error_class, message = error_text(exc)
     dead = job.is_permanent(exc) or run.counted_attempts >= job.max_attempts
     return Outcome(
@@ -70,6 +95,8 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: RunContext | 
         retry_delay=None if dead else job.backoff.delay(run.attempt).total_seconds(),
         processed=ctx.processed if ctx else None,
         failed=ctx.failed if ctx else None,
+        traceback=traceback_text(exc),
+        last_heartbeat=ctx.last_heartbeat if ctx else None,
     )
 
 

@@ -57,6 +57,9 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="The runner schema: migrate, show, print SQL.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+embedded_app = typer.Typer(help="The embedded PostgreSQL under ./.runner/ (used when no database is "
+                                  "configured): whether it runs, stop it, delete it.", no_args_is_help=True)
+app.add_typer(embedded_app, name="embedded")
 
 Q = queries("cli")
 
@@ -382,6 +385,70 @@ def start(
         stopping.stop_with(worker.stop)  # a signal during start: run() stops at once
         worker.start()
         worker.run()
+        if choice.embedded:  # the first five minutes: Ctrl-C stopped the runner, not the server
+            _say(f"runner: stopped. The embedded PostgreSQL in {_relative(embedded_home())}/ keeps running "
+                 "(the next command finds the same ledger): `runner embedded stop` stops it, "
+                 "`runner embedded destroy` deletes it and its data", err=True)
+
+
+# -- the embedded server ----------------------------------------------------------------
+
+
+def embedded_home() -> Path:
+    from runner import embedded
+
+    return embedded.home_dir()
+
+
+@embedded_app.command("status")
+def embedded_status(as_json: JsonOpt = False) -> None:
+    """Whether the embedded PostgreSQL of this directory runs, and where its data and log are."""
+    from runner import embedded
+
+    with _errors():
+        info = embedded.describe()
+    if as_json:
+        _print_value(info)
+        return
+    home = _relative(Path(str(info["home"])))
+    if info["pid"] is not None:
+        _say(f"the embedded PostgreSQL in {home}/ is running (pid {info['pid']}); its data: "
+             f"{_relative(Path(str(info['data'])))}, its log: {_relative(Path(str(info['log'])))}")
+    elif info["initialized"]:
+        _say(f"the embedded PostgreSQL in {home}/ is stopped; its data is kept in "
+             f"{_relative(Path(str(info['data'])))} (any runner command starts it again)")
+    else:
+        _say(f"no embedded PostgreSQL in {home}/ (any runner command with no database configured makes one)")
+
+
+@embedded_app.command("stop")
+def embedded_stop() -> None:
+    """Stop the embedded PostgreSQL of this directory; its data is kept."""
+    from runner import embedded
+
+    with _errors():
+        was_running = embedded.stop()
+    home = _relative(embedded_home())
+    _say(f"stopped the embedded PostgreSQL in {home}/ (its data is kept)" if was_running
+         else f"the embedded PostgreSQL in {home}/ was not running")
+
+
+@embedded_app.command("destroy")
+def embedded_destroy(yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False) -> None:
+    """Stop the embedded PostgreSQL of this directory and delete its data: every run, job
+    and request of that ledger."""
+    from runner import embedded
+
+    home = _relative(embedded_home())
+    info = embedded.describe()
+    if not info["initialized"]:
+        _say(f"no embedded PostgreSQL data in {home}/: nothing to delete")
+        return
+    _confirm(f"delete the embedded PostgreSQL in {home}/ and its whole ledger?", yes)
+    with _errors():
+        embedded.destroy()
+    _say(f"deleted the embedded PostgreSQL in {home}/ (the next command with no database configured "
+         "makes a new one)")
 
 
 # -- listings ---------------------------------------------------------------------------
@@ -463,9 +530,15 @@ def runs(
     since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
     until: Annotated[str | None, typer.Option(help="slots before (ISO 8601)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    show: Annotated[int | None, typer.Option(
+        "--show", min=1, help="one run in full: its facts, then each attempt with its error, "
+                              "traceback and the handler's last heartbeat")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The ledger's runs, newest slot first."""
+    """The ledger's runs, newest slot first (``--show ID``: one run and its attempts)."""
+    if show is not None:
+        _show_run(show, database_url, as_json)
+        return
     for s in status or []:
         if s not in RUN_STATUSES:
             fail(f"--status must be one of {', '.join(RUN_STATUSES)}; got {s!r}", 2)
@@ -573,6 +646,46 @@ def _confirm(question: str, yes: bool) -> None:
         fail("not confirmed; nothing written")
 
 
+def _show_run(run_id: int, database_url: str | None, as_json: bool) -> None:
+    """``runner runs --show ID``: the run, then each attempt: status, owner, times, the error
+    line, the handler's last heartbeat and the traceback (redacted and bounded when it was
+    recorded: runner/attempt.py), each line escaped like every human-facing line."""
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        found = ledger.dict_rows(conn, Q["show_run"], {"run_id": run_id})
+        attempts = ledger.dict_rows(conn, operate.Q["run_attempts"], {"run_id": run_id}) if found else []
+        conn.close()
+    if not found:
+        fail(f"no run {run_id}")
+    run = found[0]
+    if as_json:
+        _print_value({"run": run, "attempts": attempts})
+        return
+    part = f", partition {run['partition_key']!r}" if run["partition_key"] else ""
+    _say(f"run {run['id']} of job {run['job_name']!r}, slot {_cell(run['schedule_slot'])}{part}: "
+         f"{run['status']} (trigger {run['trigger']}, attempt {run['attempt']}, fence {run['fence']})")
+    _say(f"  business date {run['business_date']}, window {_cell(run['window_start'])} .. "
+         f"{_cell(run['window_end'])}")
+    if run["last_error"]:
+        _say(f"  last error: {run['last_error']}")
+    if not attempts:
+        _say("  no attempts yet")
+    for a in attempts:
+        _say(f"attempt {a['attempt']} (fence {a['fence']}, {a['trigger']}): {a['status']} on "
+             f"{a['owner_host']}:{a['owner_pid']}, started {_cell(a['started_at'])}, finished "
+             f"{_cell(a['finished_at']) if a['finished_at'] else '-'}")
+        if a["error_class"] or a["error_message"]:
+            _say(f"  error: {a['error_class'] or ''}: {a['error_message'] or ''}")
+        beat = a["last_heartbeat"]
+        if beat:
+            _say(f"  last heartbeat of the handler: {beat.get('at')} (processed {beat.get('processed')}, "
+                 f"failed {beat.get('failed')}; {beat.get('beats')} beat(s))")
+        if a["traceback"]:
+            _say("  traceback:")
+            for line in a["traceback"].rstrip("\n").split("\n"):
+                _say(f"    {line}")
+
+
 def _span(value: timedelta | None) -> str:
     if value is None:
         return ""
@@ -607,11 +720,12 @@ def status(
     if as_json:
         _print_value({"now": report.now, "jobs": report.jobs, "alerts": report.alerts,
                       "backfills": report.backfills, "replica": bool(clock and clock.replica),
-                      "replay_lag_seconds": clock.replay_lag if clock else 0.0})
+                      "replay_lag_seconds": clock.replay_lag if clock else 0.0, "runners": report.runners})
         return
     if clock is not None and clock.replica:
         _say(f"read from a replica: the ledger as of {clock.as_of.isoformat(timespec='seconds')} "
              f"(replay lag {clock.replay_lag:.0f} s); lag, missing slots and alerts are judged then")
+    _say(_runners_line(report.runners))
     rows = [{
         "job": r["job_name"],
         "owner": r.get("owner"),
@@ -623,6 +737,8 @@ def status(
         "processed/failed": _counts(r, "last_processed", "last_failed"),
         "24h ok/failed/dead": _counts(r, "succeeded_24h", "failed_24h", "dead_24h"),
         "lag": _span(r.get("lag")),
+        # apart from lag (issue 30): runs of backfill plans and catch-up runs still open
+        "backfill/catch-up open": _counts(r, "backfill_open", "catch_up_open"),
         "missing": r.get("missing"),
         "next slot": r.get("next_slot"),
     } for r in report.jobs]
@@ -640,6 +756,18 @@ def status(
         _print_table("alerts", report.alerts, ["kind", "job_name", "owner", "run_id", "since", "detail"])
     else:
         _say("no alerts")
+
+
+def _runners_line(runners: dict[str, Any]) -> str:
+    """`runner status`'s first line: how many runners are live, and since when none is."""
+    live = runners.get("live") or 0
+    if live:
+        return f"runners: {live} live (runner.instances; the console's Runners page)"
+    if runners.get("last_beat") is None:
+        return ("runners: NONE live, and no runner has ever registered with this ledger: nothing runs "
+                "until `runner start`")
+    return (f"runners: NONE live: the newest heartbeat was {_span(runners.get('since_beat'))} ago "
+            f"({_cell(runners['last_beat'])}); nothing is claimed or run until a `runner start` runs again")
 
 
 def _metrics_session(url: str) -> psycopg.Connection[Any]:

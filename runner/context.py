@@ -25,7 +25,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import psycopg
@@ -53,6 +53,19 @@ class RunContext:
         self._may_finish: Callable[[], bool] | None = None
         self.processed: int | None = None
         self.failed: int | None = None
+        # the handler's last ctx.heartbeat(): kept on a failed attempt's row (runner/attempt.py)
+        self.last_heartbeat: dict[str, Any] | None = None
+
+    def _beat(self, processed: int | None, failed: int | None) -> None:
+        """Note one heartbeat of the handler: its counts and when (this host's clock in UTC:
+        shown to a human beside the failure, never compared with the ledger's times)."""
+        if processed is not None:
+            self.processed = processed
+        if failed is not None:
+            self.failed = failed
+        beats = (self.last_heartbeat or {}).get("beats", 0) + 1
+        self.last_heartbeat = {"at": datetime.now(UTC).isoformat(timespec="seconds"),
+                               "processed": self.processed, "failed": self.failed, "beats": beats}
 
     job_name = property(lambda self: self._run.job_name)
     run_id = property(lambda self: self._run.id)
@@ -133,10 +146,7 @@ class JobContext(RunContext):
         AttemptTimedOut once the runner gave up on it (its job's timeout passed)."""
         if self._cancelled:
             raise AttemptTimedOut(self._cancelled)
-        if processed is not None:
-            self.processed = processed
-        if failed is not None:
-            self.failed = failed
+        self._beat(processed, failed)
         with self._control.connection() as conn:
             alive = ledger.heartbeat_attempt(conn, self._run.id, self._run.fence, processed, failed)
         if not alive:
@@ -227,10 +237,7 @@ class AsyncJobContext(RunContext):
         this attempt no longer owns its run, and AttemptTimedOut once the runner gave up on it."""
         if self._cancelled:
             raise AttemptTimedOut(self._cancelled)
-        if processed is not None:
-            self.processed = processed
-        if failed is not None:
-            self.failed = failed
+        self._beat(processed, failed)
         async with self._acontrol.connection() as conn:
             alive = await ledger.heartbeat_attempt_async(conn, self._run.id, self._run.fence,
                                                          processed, failed)

@@ -128,6 +128,17 @@ def running(home: Path | None = None) -> int | None:
     return None if found is None else found[0]
 
 
+def describe(home: Path | None = None) -> dict[str, object]:
+    """What ``runner embedded status`` shows of the server of ``home``: its home, data
+    directory (and whether it holds a cluster), log, and the pid when it runs. Never the
+    password or a URL carrying it."""
+    base = home_dir(home)
+    pgdata = _paths(base, _account() if os.geteuid() == 0 else None)[0] if base.is_dir() else None
+    return {"home": str(base), "data": str(pgdata) if pgdata else None,
+            "initialized": bool(pgdata and (pgdata / "PG_VERSION").exists()),
+            "log": str(base / "postgres.log"), "pid": running(home)}
+
+
 def destroy(home: Path | None = None) -> None:
     """Stop the embedded server of ``home`` and delete its data (a test's throwaway server;
     or to start afresh). ``home`` itself, with the password and the log, is left."""

@@ -3,6 +3,8 @@ text that is safe to store (``error_text``)."""
 
 from __future__ import annotations
 
+from runner.settings import redact
+
 MAX_ERROR_CHARS = 4000
 
 
@@ -52,7 +54,8 @@ class HandlerReturnedAwaitable(Permanent):
 
 def error_text(exc: BaseException) -> tuple[str, str]:
     """The class and message of an exception, safe to store: never raises, no NUL bytes,
-    valid UTF-8, at most MAX_ERROR_CHARS characters."""
+    valid UTF-8, at most MAX_ERROR_CHARS characters, and redacted (runner.settings.redact:
+    a database URL's password in the message is not stored, logged or alerted on)."""
     cls = type(exc)
     name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
     try:
@@ -64,7 +67,7 @@ def error_text(exc: BaseException) -> tuple[str, str]:
             message = f"<{cls.__qualname__} whose str() raised>"
     if not isinstance(message, str):
         message = f"<{cls.__qualname__} with a non-string message>"
-    return _clean(name, 200), _clean(message, MAX_ERROR_CHARS)
+    return _clean(name, 200), _clean(redact(message), MAX_ERROR_CHARS)
 
 
 def _clean(text: str, limit: int) -> str:

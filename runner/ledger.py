@@ -97,6 +97,10 @@ class Outcome:
     retry_delay: float | None = None  # seconds, for status 'failed' (and 'released': due then)
     processed: int | None = None
     failed: int | None = None
+    # a failed attempt's redacted, bounded traceback and the handler's last ctx.heartbeat()
+    # (runner/attempt.py: failure); kept on the attempt row only (revision 0008_watch)
+    traceback: str | None = None
+    last_heartbeat: dict[str, Any] | None = None
 
 
 def db_now(conn: psycopg.Connection[Any]) -> datetime:
@@ -402,7 +406,7 @@ async def finish_attempts_async(
 def _finish_params(outcomes: Sequence[Outcome], now: datetime | None) -> dict[str, Any]:
     return {"now": now, "outcomes": json.dumps([
         [o.run_id, o.fence, o.status, o.attempt_status, o.error_class, o.error_message, o.retry_delay,
-         o.processed, o.failed] for o in outcomes])}
+         o.processed, o.failed, o.traceback, o.last_heartbeat] for o in outcomes], default=str)}
 
 
 def unlock_runs(conn: psycopg.Connection[Any], namespace: int, run_ids: Sequence[int]) -> None:
@@ -470,10 +474,12 @@ def relock_runs(conn: psycopg.Connection[Any], namespace: int,
 
 def register_instance(conn: psycopg.Connection[Any], owner: Owner, runner_version: str,
                       jobs: Sequence[str] = (),
-                      definitions: Mapping[str, Definition] | None = None) -> None:
+                      definitions: Mapping[str, Definition] | None = None,
+                      lanes: Mapping[str, int] | None = None) -> None:
     recorded = {name: d.recorded() for name, d in (definitions or {}).items()}
     conn.execute(Q["register_instance"], {**owner.params(), "runner_version": runner_version,
-                                          "jobs": list(jobs), "definitions": Jsonb(recorded)})
+                                          "jobs": list(jobs), "definitions": Jsonb(recorded),
+                                          "lanes": Jsonb(dict(lanes)) if lanes is not None else None})
 
 
 def live_instances(conn: psycopg.Connection[Any], namespace: int,

@@ -159,7 +159,8 @@ class Worker:
         history.report(definitions)
         # registered as serving only the jobs whose live slots it claims: a slot's shares are
         # split among the processes that claim it
-        ledger.register_instance(conn, self.owner, __version__, list(self.live), definitions)
+        ledger.register_instance(conn, self.owner, __version__, list(self.live), definitions,
+                                 dict(self.capacity.served.slots))
         self.claims.refresh_shares()
         self.session.measure_offset()
         self.executor.open(self.capacity.served.lanes)

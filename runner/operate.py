@@ -44,6 +44,7 @@ from psycopg.types.json import Jsonb
 
 from runner import ledger
 from runner.jobs import JobDef, JobSource
+from runner.schedule import Schedule
 from runner.sqlfiles import queries
 
 Q = queries("operate")
@@ -116,17 +117,20 @@ class StatusReport:
     # the server's clock and the ledger's: on a lagging replica the report is as of the
     # ledger's (its last replayed commit), so lag and alerts are not the replay lag
     clock: ledger.Clock | None = None
+    # live runner processes and the newest heartbeat of any (``liveness``)
+    runners: dict[str, Any] = field(default_factory=dict)
 
 
 def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
            job_name: str | None = None, with_alerts: bool = True,
-           with_backfills: bool = True) -> StatusReport:
+           with_backfills: bool = True, with_runners: bool = True) -> StatusReport:
     """Per-job health and the alerts. ``missing`` is the job's count in runner.missing_slots
     (from the same statement as its health: runner.job_health_v1 runs the gap scan once);
-    ``next_slot`` comes from the job's definition in ``app`` (None without it, or for a job
-    the app does not define). ``with_alerts=False``
+    ``next_slot`` comes from the job's definition in ``app``, else from the schedule the
+    ledger holds for it (runner.jobs: the last synced definition; None when retired). ``with_alerts=False``
     leaves the alerts out (the console's Jobs page counts them per job instead),
-    ``with_backfills=False`` the backfill plans. The schema is this runner's head (callers
+    ``with_backfills=False`` the backfill plans, ``with_runners=False`` the runners line
+    (``liveness``: the console reads it for its banner). The schema is this runner's head (callers
     check it), so every relation read here exists."""
     clock = ledger.ledger_clock(conn)
     now = clock.as_of
@@ -142,12 +146,38 @@ def status(conn: psycopg.Connection[Any], app: JobSource | None = None,
                          "paused": job.paused, "missing": 0})
     for row in jobs:
         definition = defs.get(row["job_name"])
-        row["next_slot"] = definition.schedule.next_after(now) if definition is not None else None
+        if definition is not None:
+            row["next_slot"] = definition.schedule.next_after(now)
+        else:  # no --app: the definition the ledger holds (issue 30, point 8)
+            row["next_slot"] = _next_from_ledger(row, now)
     jobs.sort(key=lambda r: r["job_name"])
     alerts = ledger.dict_rows(conn, Q["alerts"], {"job_name": job_name}) if with_alerts else []
     plans = (ledger.dict_rows(conn, Q["backfill_plans"], {"job_name": job_name})
              if with_backfills else [])
-    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans, clock=clock)
+    return StatusReport(jobs=jobs, alerts=alerts, now=now, backfills=plans, clock=clock,
+                        runners=liveness(conn) if with_runners else {})
+
+
+def _next_from_ledger(row: dict[str, Any], now: datetime) -> datetime | None:
+    """The next slot after ``now`` of a job's schedule as runner.jobs holds it (its
+    job_health row carries it; None for a retired job, one not in the ledger, or a schedule
+    this runner cannot read: an older or newer runner wrote it)."""
+    if row.get("retired_at") is not None or not row.get("schedule_kind"):
+        return None
+    try:
+        schedule = Schedule(kind=row["schedule_kind"], cron=row["cron"], every=row["every_interval"],
+                            timezone=row["timezone"])
+        return schedule.next_after(now)
+    except (ValueError, TypeError):
+        return None
+
+
+def liveness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """How many runner processes are live (not stopped, heartbeat within 15 s) and the
+    newest heartbeat of any (``last_beat``, None when no runner ever registered; ``since_beat``
+    its age): `runner status`'s runners line and the console's banner on every page."""
+    [row] = ledger.dict_rows(conn, Q["liveness"], {})
+    return row
 
 
 # -- rerun ------------------------------------------------------------------------------

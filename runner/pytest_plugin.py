@@ -5,26 +5,51 @@ Enable it in a ``conftest.py``::
 
     pytest_plugins = ["runner.pytest_plugin"]
 
-and name the server in ``RUNNER_TEST_DATABASE_URL`` (a ``postgresql://`` URL of any database
-on it, as a role that may create databases). Without it the tests that use the fixture are
-skipped, with the reason.
+The server: ``RUNNER_TEST_DATABASE_URL`` when set (a ``postgresql://`` URL of any database on
+it, as a role that may create databases); otherwise the embedded PostgreSQL, the one ``runner
+start`` uses with no database configured (``./.runner/``, or ``RUNNER_TEST_EMBEDDED_HOME``),
+so that the tests run on a bare machine as the project's own suite does instead of being
+skipped. A server the test session had to start is stopped when the session ends (its data is
+kept); one that was running already is left running. Only when the embedded server cannot
+start either are the tests that use the fixture skipped, with the reason.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from runner.settings import ConfigError
 from runner.testing import fresh_database
 
 
+@pytest.fixture(scope="session")
+def runner_test_server() -> Iterator[str]:
+    """A URL of the server the ``runner_database`` fixture makes its databases on."""
+    url = os.environ.get("RUNNER_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from runner import embedded
+
+    home = os.environ.get("RUNNER_TEST_EMBEDDED_HOME")
+    where = Path(home) if home else None
+    try:
+        server = embedded.start(where)
+    except ConfigError as exc:
+        pytest.skip(f"RUNNER_TEST_DATABASE_URL is not set and the embedded PostgreSQL did not start: {exc}")
+    try:
+        yield server.url
+    finally:
+        if server.started:
+            embedded.stop(where)
+
+
 @pytest.fixture
-def runner_database() -> Iterator[str]:
+def runner_database(runner_test_server: str) -> Iterator[str]:
     """The URL of a fresh database migrated to head, dropped after the test."""
-    server = os.environ.get("RUNNER_TEST_DATABASE_URL")
-    if not server:
-        pytest.skip("RUNNER_TEST_DATABASE_URL is not set: no server for runner_database")
-    with fresh_database(server) as url:
+    with fresh_database(runner_test_server) as url:
         yield url

@@ -64,6 +64,7 @@ class AttemptRecord:
     error_message: str | None
     started_at: datetime
     finished_at: datetime | None
+    traceback: str | None = None  # a failed attempt's, redacted and bounded (revision 0008_watch)
 
 
 @dataclass(frozen=True)

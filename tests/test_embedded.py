@@ -85,3 +85,64 @@ def test_a_test_session_stops_the_embedded_server_it_started(project: Path) -> N
         assert embedded.running(home) is None
     finally:
         embedded.destroy(home)
+
+
+def test_ctrl_c_says_the_server_keeps_running_and_the_embedded_commands(project: Path) -> None:
+    """Issue 30, point 8: Ctrl-C's last line says the embedded server keeps running and how
+    to stop it; `runner embedded status|stop|destroy` do what they say."""
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(runner_cmd(*args), cwd=project, env=bare_env(), capture_output=True, text=True,
+                              timeout=120)
+
+    assert "no embedded PostgreSQL in .runner/" in cli("embedded", "status").stdout
+    log = project / "start.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(runner_cmd("start", "--app", str(ROOT / "tests/apps/hello.py") + ":app",
+                                           "--poll-interval", "0.2", "--grace", "1"),
+                                cwd=project, env=bare_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        eventually(lambda: "runner_started" in log.read_text(), timeout=120, message="the runner started")
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert proc.wait(60) == 0, log.read_text()
+    last = log.read_text().splitlines()[-1]
+    assert last.startswith("runner: stopped. The embedded PostgreSQL in .runner/ keeps running"), last
+    assert "`runner embedded stop`" in last and "`runner embedded destroy`" in last
+    status = cli("embedded", "status")
+    assert status.returncode == 0 and "is running (pid" in status.stdout
+    assert embedded.running(project / ".runner") is not None
+    stopped = cli("embedded", "stop")
+    assert "stopped the embedded PostgreSQL in .runner/" in stopped.stdout
+    assert embedded.running(project / ".runner") is None
+    assert "is stopped; its data is kept" in cli("embedded", "status").stdout
+    refused = cli("embedded", "destroy")  # no terminal to ask on, no --yes: nothing deleted
+    assert refused.returncode == 1 and "not confirmed" in refused.stderr
+    assert embedded.describe(project / ".runner")["initialized"]
+    assert "deleted the embedded PostgreSQL" in cli("embedded", "destroy", "--yes").stdout
+    assert not embedded.describe(project / ".runner")["initialized"]
+    assert "no embedded PostgreSQL in .runner/" in cli("embedded", "status").stdout
+
+
+def test_runner_database_falls_back_to_the_embedded_server(project: Path) -> None:
+    """A user's suite with the plugin and nothing configured runs its tests on the embedded
+    server (issue 30, point 8; before, every test using the fixture was skipped)."""
+    home = project / "test-pg"
+    inner = project / "inner"
+    inner.mkdir()
+    (inner / "conftest.py").write_text('pytest_plugins = ["runner.pytest_plugin"]\n')
+    (inner / "test_user.py").write_text(
+        "import psycopg\n\n"
+        "def test_a_ledger(runner_database):\n"
+        "    with psycopg.connect(runner_database) as conn:\n"
+        "        assert conn.execute(\"SELECT count(*) FROM runner.jobs\").fetchone() == (0,)\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                          "--rootdir", str(inner), str(inner)],
+                         cwd=inner, env=bare_env(RUNNER_TEST_EMBEDDED_HOME=str(home)), capture_output=True,
+                         text=True, timeout=300)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "1 passed" in out.stdout and "skipped" not in out.stdout
+        assert (home / "password").exists()
+        assert embedded.running(home) is None  # the session started it, so it stopped it
+    finally:
+        embedded.destroy(home)

@@ -381,6 +381,15 @@ class Console:
         with self.act_pool.connection() as conn:
             return fn(conn, *args, **kwargs)
 
+    async def liveness(self) -> dict[str, Any] | None:
+        """The banner's facts (reads.liveness): how many runners are live, the newest beat.
+        None when they cannot be read (the page itself then says what failed)."""
+        try:
+            return dict(await run_in_threadpool(self.read, reads.liveness))
+        except Exception as exc:  # the banner never breaks a page
+            log.debug("the runners banner could not be read: %s", exc)
+            return None
+
     # -- rendering ---------------------------------------------------------------------------
 
     def freshness(self, clock: ledger.Clock) -> dict[str, Any] | None:
@@ -494,8 +503,11 @@ def page_reads(console: Console) -> dict[str, Callable[[Request], Any]]:
         return q(reads.requests, p.get("job") or None, _int(p.get("before"), "before", None, 2**62),
                  _int(p.get("limit"), "limit", 100, 1000) or 100)
 
+    def runners(request: Request) -> Any:
+        return q(reads.runners)
+
     return {"jobs": jobs, "job": job, "run": run, "gaps": gaps, "backfills": backfills,
-            "backfill": one_backfill, "alerts": alerts, "requests": requests}
+            "backfill": one_backfill, "alerts": alerts, "requests": requests, "runners": runners}
 
 
 def create_app(config: WebConfig) -> Starlette:
@@ -510,14 +522,16 @@ def create_app(config: WebConfig) -> Starlette:
             if user is None:
                 return RedirectResponse("/login?" + _query(next=request.url.path + (
                     "?" + request.url.query if request.url.query else "")), status_code=303)
+            live = await console.liveness()
             try:
                 data = await run_in_threadpool(getters[name], request)
                 clock = await run_in_threadpool(console.read, ledger.ledger_clock)
             except EXPECTED as exc:
                 return console.render(request, "error.html", user, status=_status_of(exc),
-                                      message=_error_text(exc))
+                                      message=_error_text(exc), liveness=live)
             return console.render(request, template, user, page=name, data=data,
-                                  params=dict(request.query_params), freshness=console.freshness(clock))
+                                  params=dict(request.query_params), freshness=console.freshness(clock),
+                                  liveness=live)
         return endpoint
 
     async def login_form(request: Request) -> Response:
@@ -590,7 +604,7 @@ def create_app(config: WebConfig) -> Starlette:
             seen = impact["run"]
             params = {**params, "seen_status": seen["status"], "seen_fence": str(seen["fence"])}
         return console.render(request, "action.html", user, action=name, params=params, impact=impact,
-                              done=None)
+                              done=None, liveness=await console.liveness())
 
     async def action_post(request: Request) -> Response:
         user = await console.user(request, api=False)
@@ -681,6 +695,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/backfills/{plan_id:int}", page("backfill", "backfill.html")),
         Route("/alerts", page("alerts", "alerts.html")),
         Route("/requests", page("requests", "requests.html")),
+        Route("/runners", page("runners", "runners.html")),
         Route("/favicon.ico", lambda _: Response(status_code=204)),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
@@ -696,6 +711,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/backfills/{plan_id:int}", api_read("backfill")),
         Route("/api/alerts", api_read("alerts")),
         Route("/api/requests", api_read("requests")),
+        Route("/api/runners", api_read("runners")),
         Route("/api/actions/{action}", api_action(), methods=["POST"]),
         Route("/api/runs/rerun", api_action("rerun"), methods=["POST"]),
         Route("/api/runs/approve", api_action("approve"), methods=["POST"]),

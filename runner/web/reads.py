@@ -88,7 +88,7 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
     if side is not None:
         helper = threading.Thread(target=on_side, name="runner-web-alert-counts", daemon=True)
         helper.start()
-    report = operate.status(conn, app, with_alerts=False, with_backfills=False)
+    report = operate.status(conn, app, with_alerts=False, with_backfills=False, with_runners=False)
     if helper is None:
         count_alerts(conn)
     else:
@@ -190,7 +190,7 @@ def job_grid(conn: psycopg.Connection[Any], job_name: str,
 
 def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str) -> dict[str, Any]:
     """The Job page: its health row, the grid, the timings chart's points, its newest runs."""
-    report = operate.status(conn, app, job_name)
+    report = operate.status(conn, app, job_name, with_runners=False)
     if not report.jobs:
         raise NotFound(f"no job {job_name!r} in the ledger")
     grid, timings = job_grid(conn, job_name, report.now)
@@ -326,3 +326,15 @@ def requests(conn: psycopg.Connection[Any], job_name: str | None = None, before_
     rows = ledger.dict_rows(conn, Q["requests"], {
         "job_name": job_name, "before_id": before_id, "limit": limit})
     return {"requests": rows, "next_before_id": rows[-1]["id"] if len(rows) == limit else None}
+
+
+def runners(conn: psycopg.Connection[Any], limit: int = 200) -> dict[str, Any]:
+    """The Runners page: the runner processes of runner.instances, the live ones first (host,
+    pid, version, lanes, started, last beat, runs in flight, lock session)."""
+    rows = ledger.dict_rows(conn, Q["runners"], {"limit": limit})
+    return {"now": ledger.db_now(conn), "runners": rows, "live": sum(1 for r in rows if r["live"])}
+
+
+def liveness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The banner of every page: live runner processes and the newest heartbeat of any."""
+    return operate.liveness(conn)

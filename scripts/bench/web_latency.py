@@ -193,7 +193,7 @@ def main() -> None:
         pages = {
             "Jobs (/)": "/", "Job (hourly)": "/job?name=job_0001", "Job (1,000 partitions)": "/job?name=wide",
             "Run": f"/runs/{dead}", "Gaps (all)": "/gaps", "Gaps (one job, dead)": "/gaps?job=job_0001&state=dead",
-            "Backfills": "/backfills", "Alerts": "/alerts", "Requests": "/requests",
+            "Backfills": "/backfills", "Alerts": "/alerts", "Requests": "/requests", "Runners": "/runners",
             "Requests (one job)": "/requests?job=job_0001", "API /api/jobs": "/api/jobs",
         }
         results = []

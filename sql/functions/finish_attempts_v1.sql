@@ -22,6 +22,10 @@
 -- vacuum: under load those indexes grow by thousands of dead entries a second, and a bitmap
 -- scan of them would cost every batch more than the batch itself.
 --
+-- Since revision 0008_watch an outcome may carry the failed attempt's traceback (already
+-- redacted and bounded by the runner: runner/attempt.py; cut again here at 20,000
+-- characters) and the handler's last heartbeat (a JSON object); both land on the attempt
+-- row only, never on the run (runner.job_runs.last_error stays one line).
 -- Privileges (revision 0007_security): it runs as its owner (SECURITY DEFINER, fixed
 -- search_path) so that the worker role needs no UPDATE of a run's status, trigger, counts of
 -- attempts or timestamps, nor of an attempt's status: column grants cannot say "only a
@@ -59,11 +63,15 @@ BEGIN
         SELECT coalesce(as_of, now()) AS now
     ), input AS (
         -- outcomes = [[run id, fence, status, attempt status, error class, error message,
-        -- retry delay, processed, failed], ...] as one JSON document
+        -- retry delay, processed, failed, traceback, last heartbeat], ...] as one JSON
+        -- document (the last two since revision 0008_watch; an older runner's shorter rows
+        -- leave them NULL)
         SELECT (e ->> 0)::bigint AS run_id, (e ->> 1)::bigint AS fence, e ->> 2 AS status,
                e ->> 3 AS attempt_status, e ->> 4 AS error_class, e ->> 5 AS error_message,
                (e ->> 6)::float8 AS retry_delay, (e ->> 7)::bigint AS processed,
-               (e ->> 8)::bigint AS failed, 'running'::text AS live
+               (e ->> 8)::bigint AS failed, left(e ->> 9, 20000) AS traceback,
+               CASE WHEN jsonb_typeof(e -> 10) = 'object' THEN e -> 10 END AS last_heartbeat,
+               'running'::text AS live
         FROM jsonb_array_elements(outcomes) AS e
     ), runs AS (
         UPDATE runner.job_runs r
@@ -89,7 +97,9 @@ BEGIN
                           THEN coalesce(i.attempt_status, i.status) ELSE 'stale' END,
             finished_at = c.now,
             error_class = i.error_class,
-            error_message = i.error_message
+            error_message = i.error_message,
+            traceback = i.traceback,
+            last_heartbeat = i.last_heartbeat
         FROM input i, clock c
         WHERE a.run_id = i.run_id AND a.fence = i.fence
           -- an abandoned attempt whose owner comes back is marked stale: its write was refused

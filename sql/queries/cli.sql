@@ -15,3 +15,11 @@ WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
   AND (%(until)s::timestamptz IS NULL OR r.schedule_slot < %(until)s)
 ORDER BY r.schedule_slot DESC, r.job_name, r.partition_key
 LIMIT %(limit)s
+
+-- name: show_run
+-- One run by id (`runner runs --show ID`; its attempts: operate.sql run_attempts).
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.window_start,
+       r.window_end, r.status, r.trigger, r.attempt, r.fence, r.started_at, r.finished_at,
+       r.processed_count, r.failed_count, r.last_error, r.status_reason
+FROM runner.job_runs r
+WHERE r.id = %(run_id)s

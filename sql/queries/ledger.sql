@@ -349,10 +349,11 @@ WHERE a.id = free.id
 -- name: register_instance
 -- definitions: {job: {"fingerprint", "schedule"}} of each job in this runner's code
 -- (runner/history.py): the runners of another definition read them
+-- lanes: {lane: handler slots} this process serves (revision 0008_watch; the Runners page)
 INSERT INTO runner.instances (instance_id, host, pid, backend_pid, lock_namespace, runner_version, jobs,
-                              definitions)
+                              definitions, lanes)
 VALUES (%(instance)s, %(host)s, %(pid)s, pg_backend_pid(), %(namespace)s, %(runner_version)s,
-        %(jobs)s::text[], %(definitions)s::jsonb)
+        %(jobs)s::text[], %(definitions)s::jsonb, %(lanes)s::jsonb)
 
 -- name: live_instances
 -- The runner processes that share out slots: not stopped, heartbeat fresh, same lock

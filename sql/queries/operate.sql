@@ -9,8 +9,12 @@
 SELECT h.job_name, h.owner, h.paused, h.last_success_at, h.last_success_slot,
        h.last_success_business_date, h.last_success_run_id, h.last_slot, h.last_slot_statuses,
        h.last_processed, h.last_failed, h.succeeded_24h, h.failed_24h, h.dead_24h,
-       h.oldest_unfinished_slot, h.lag, h.retired_at, h.missing
+       h.oldest_unfinished_slot, h.lag, h.retired_at, h.missing, h.backfill_open,
+       h.backfill_oldest_slot, h.catch_up_open,
+       -- the schedule the ledger holds (the last synced definition): the next slot without --app
+       j.schedule_kind, j.cron, j.every_interval, j.timezone
 FROM runner.job_health_v1(%(job_name)s::text) h
+LEFT JOIN runner.jobs j ON j.job_name = h.job_name
 ORDER BY h.job_name
 
 -- name: alerts
@@ -59,8 +63,10 @@ ORDER BY r.partition_key
 LIMIT 11
 
 -- name: run_attempts
+-- traceback and last_heartbeat (revision 0008_watch): a failed attempt's redacted, bounded
+-- traceback and the handler's last ctx.heartbeat() (the run page, `runner runs --show ID`)
 SELECT a.attempt, a.fence, a.trigger, a.status, a.owner_host, a.owner_pid, a.started_at,
-       a.finished_at, a.error_class, a.error_message
+       a.finished_at, a.heartbeat_at, a.error_class, a.error_message, a.traceback, a.last_heartbeat
 FROM runner.attempts a
 WHERE a.run_id = %(run_id)s
 ORDER BY a.fence
@@ -111,7 +117,7 @@ SELECT j.job_name, j.retired_at, j.paused, j.options ->> 'owner' AS owner,
        (SELECT count(*) FROM runner.job_runs r
         WHERE r.job_name = j.job_name AND r.status IN ('pending', 'failed')) AS queued,
        (SELECT count(*) FROM runner.instances i
-        WHERE i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds'
+        WHERE i.stopped_at IS NULL AND i.heartbeat_at > (SELECT runner.ledger_now_v1()) - interval '15 seconds'
           AND i.jobs @> ARRAY[j.job_name]) AS live_runners
 FROM runner.jobs j
 WHERE j.job_name = %(job_name)s
@@ -125,3 +131,14 @@ FROM runner.retire_job_v1(%(job_name)s, %(who)s, %(reason)s) AS f
 -- runner.unretire_job_v1; no row when the job is not retired.
 SELECT f.request_id, f.job, f.retired_at
 FROM runner.unretire_job_v1(%(job_name)s, %(who)s, %(reason)s) AS f
+
+-- name: liveness
+-- `runner status`'s runners line and the console's banner on every page: how many runner
+-- processes are live (not stopped, heartbeat within 15 s, as runner.alerts counts them) and
+-- the newest heartbeat of any (NULL: no runner ever registered). One pass over
+-- runner.instances, which retention keeps small.
+SELECT count(*) FILTER (WHERE i.stopped_at IS NULL AND i.heartbeat_at > (SELECT runner.ledger_now_v1()) - interval '15 seconds')
+           AS live,
+       max(i.heartbeat_at) AS last_beat,
+       (SELECT runner.ledger_now_v1()) - max(i.heartbeat_at) AS since_beat
+FROM runner.instances i

@@ -29,7 +29,8 @@ WHERE id = %(run_id)s
 
 -- name: run_attempts
 -- Its attempts, oldest first.
-SELECT attempt, fence, trigger, status, error_class, error_message, started_at, finished_at
+SELECT attempt, fence, trigger, status, error_class, error_message, started_at, finished_at,
+       traceback
 FROM runner.attempts
 WHERE run_id = %(run_id)s
 ORDER BY attempt, fence

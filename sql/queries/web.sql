@@ -118,3 +118,21 @@ SELECT EXISTS (SELECT 1 FROM runner.web_sessions_ended e WHERE e.session_hash = 
 -- name: end_session
 -- Logging out: the session is refused by every console from now on.
 SELECT runner.end_web_session_v1(%(session_hash)s, %(user_name)s, to_timestamp(%(expires)s)) AS added
+
+-- name: runners
+-- The Runners page: every runner process the ledger knows (runner.instances, newest beat
+-- first; retention prunes the long stopped ones), live (not stopped, heartbeat within 15 s, as
+-- the alerts count them) or not, with its runs in flight (attempts running under it, on the
+-- attempts_running index) and whether its lock session is connected (as the database these
+-- pages read sees it: on a replica, always false).
+SELECT i.instance_id, i.host, i.pid, i.runner_version, i.lanes, i.started_at, i.heartbeat_at,
+       i.stopped_at, i.backend_pid, i.lock_namespace, coalesce(cardinality(i.jobs), 0) AS jobs,
+       (i.stopped_at IS NULL AND i.heartbeat_at > (SELECT runner.ledger_now_v1()) - interval '15 seconds') AS live,
+       now() - i.heartbeat_at AS beat_age,
+       EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid) AS session_connected,
+       (SELECT count(*) FROM runner.attempts a
+        WHERE a.owner_instance = i.instance_id AND a.status = 'running') AS in_flight
+FROM runner.instances i
+ORDER BY (i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds') DESC,
+         i.heartbeat_at DESC, i.instance_id
+LIMIT %(limit)s

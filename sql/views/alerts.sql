@@ -55,7 +55,8 @@
 --              detail names each fingerprint with its schedule and the runners that run it, and
 --              which one the schedule history holds (runner/history.py)
 --   bad_setting       a setting this view reads is set (ALTER DATABASE/ROLE ... SET, SET) to
---              something it cannot use: runner.job_not_in_code_after not an interval above
+--              something it cannot use: runner.job_not_in_code_after (or, since revision
+--              0008_watch, runner.no_runner_after: no_runner uses 60 seconds) not an interval above
 --              zero and at most 100 years in the forms runner.interval_setting_v1 reads
 --              ('6 hours', '1 day 12 hours', '06:30'). The branch that reads it
 --              uses its default instead (24 hours), so a typo never makes this view fail;
@@ -65,6 +66,12 @@
 --              another database, a restore into another cluster: runner.ledger_copy_v1, revision
 --              0007_identity) that no operator adopted: its runners hold the source's backfill
 --              plans, catch-up, retries and takeovers until `runner db adopt --reason R`
+--   no_runner         no live runner process (not stopped, heartbeat within 15 s) for longer
+--              than runner.no_runner_after (60 seconds unless set) since the newest runner
+--              heartbeat, while a job that is neither paused nor retired has a slot since
+--              then (a cron job: within the last day) or runs are queued and due: one row
+--              for the ledger, job_name NULL
+--              (revision 0008_watch)
 --
 -- Retired jobs (runner retire) raise no stale or late alerts: their slots after the
 -- retirement are not expected; their dead runs still alert.
@@ -103,3 +110,4 @@ UNION ALL
 SELECT * FROM runner.alert_bad_setting
 UNION ALL
 SELECT * FROM runner.alert_copied_ledger;
+SELECT * FROM runner.alert_no_runner;
