@@ -33,6 +33,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from runner import ledger
+from runner.checkpoints import HandedOff
 from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership, error_text
 from runner.jobs import JobDef
@@ -71,6 +72,15 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: RunContext | 
         processed=ctx.processed if ctx else None,
         failed=ctx.failed if ctx else None,
     )
+
+
+def handed_off(run: ClaimedRun, exc: HandedOff) -> Outcome:
+    """The outcome of an attempt that stopped at a committed checkpoint because its runner is
+    shutting down (runner/checkpoints.py): the run is released, due at once and uncounted,
+    and the attempt is recorded ``handed_off``."""
+    error_class, message = error_text(exc)
+    return Outcome(run.id, run.fence, "released", attempt_status="handed_off",
+                   error_class=error_class, error_message=message, retry_delay=0.0)
 
 
 def unfinished_work(result: object) -> HandlerReturnedAwaitable | None:
@@ -130,6 +140,9 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
     ctx = ctx or JobContext(run, job, pool)
     try:
         result = job.handler(ctx)
+    except HandedOff as exc:
+        ctx._release(commit=False)
+        return handed_off(run, exc)
     except Exception as exc:
         ctx._release(commit=False)
         _handler_failed(run, exc)
@@ -176,9 +189,13 @@ async def execute_async(run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> O
     back; the runner has recorded that attempt's outcome already."""
     try:
         try:
+            await ctx._load_resume()
             result = job.handler(ctx)
             if inspect.isawaitable(result):
                 result = await result
+        except HandedOff as exc:
+            await ctx._release(commit=False)
+            return handed_off(run, exc)
         except Exception as exc:
             await ctx._release(commit=False)
             _handler_failed(run, exc)
