@@ -68,7 +68,7 @@ class CheckpointError(ValueError):
     Nothing was written; the handler's transaction is as it was."""
 
 
-class HandedOff(Exception):  # noqa: N818 - a state the handler is told about, not an error
+class HandedOff(Exception):  # a state the handler is told about, not an error
     """The runner is shutting down and this attempt's work up to its last checkpoint is
     committed: the handler stops, and another runner resumes the run from that checkpoint.
     Raised by ``ctx.checkpoint`` (after its commit) and ``ctx.heartbeat`` once

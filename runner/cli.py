@@ -460,21 +460,35 @@ def runs(
     since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
     until: Annotated[str | None, typer.Option(help="slots before (ISO 8601)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    show: Annotated[int | None, typer.Option(
+        "--show", min=1, help="one run in full: its fields, its last checkpoint (time, size, "
+        "summary, state) and its attempts")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The ledger's runs, newest slot first."""
+    """The ledger's runs, newest slot first (``--show ID``: one run in full)."""
     for s in status or []:
         if s not in RUN_STATUSES:
             fail(f"--status must be one of {', '.join(RUN_STATUSES)}; got {s!r}", 2)
     params = {
         "job_name": job, "statuses": status or None, "partition_key": partition,
         "since": _parse_time(since, "--since"), "until": _parse_time(until, "--until"),
-        "limit": limit,
+        "limit": limit, "run_id": show,
     }
     with _errors():
         _, conn = _open_ledger(database_url)
         rows = ledger.dict_rows(conn, Q["list_runs"], params)
+        if show is not None:
+            if not rows:
+                conn.close()
+                fail(f"no run {show} (with the filters given)", 1)
+            run = rows[0]
+            [state] = ledger.dict_rows(conn, Q["run_checkpoint_state"], {"run_id": show})
+            run["checkpoint"] = state["checkpoint"]
+            run["attempts"] = ledger.dict_rows(conn, operate.Q["run_attempts"], {"run_id": show})
         conn.close()
+    if show is not None:
+        _show_run(rows[0], as_json)
+        return
     if as_json:
         _print_json(rows)
     else:
@@ -482,7 +496,31 @@ def runs(
                    "attempt", "fence", "started_at", "finished_at", "last_error"]
         if any(r["misfire_tier"] for r in rows):  # jobs with misfire tiers: which one decided
             columns.insert(6, "misfire_tier")
+        if any(r["checkpoint_at"] for r in rows):  # long jobs: their last checkpoint
+            columns += ["checkpoint_at", "checkpoint_bytes", "checkpoint_summary"]
         _print_table("runs", rows, columns)
+
+
+def _show_run(run: dict[str, Any], as_json: bool) -> None:
+    """``runner runs --show ID``: the run's fields, its last checkpoint and its attempts."""
+    if as_json:
+        _print_value(run)
+        return
+    attempts = run.pop("attempts")
+    state = run.pop("checkpoint")
+    for key, value in run.items():
+        if value is not None and not key.startswith("checkpoint"):
+            _say(f"{key}: {_cell(value)}")
+    if run["checkpoint_at"] is None:
+        _say(f"checkpoint: none ({run['checkpoints']} taken by this run so far)")
+    else:
+        _say(f"checkpoint: {_cell(run['checkpoint_at'])}, {run['checkpoint_bytes']} bytes, "
+             f"{run['checkpoints']} taken by this run; summary: {run['checkpoint_summary']}")
+        text = json.dumps(state, sort_keys=True)
+        _say(f"checkpoint state: {text if len(text) <= 500 else text[:500] + ' ... (--json for all)'}")
+    _print_table(f"attempts of run {run['id']}", attempts,
+                 ["attempt", "fence", "trigger", "status", "owner_host", "owner_pid", "started_at",
+                  "finished_at", "error_class"])
 
 
 @app.command()
@@ -684,18 +722,22 @@ def rerun(
     partition: Annotated[str, typer.Option("--partition", help="the run's partition key")] = "",
     by: ByOpt = None,
     force: Annotated[bool, typer.Option("--force", help="rerun a run that already succeeded")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="continue from the run's last checkpoint (default: from scratch)")] = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
     database_url: DbOpt = None,
 ) -> None:
-    """A new attempt of one run (trigger manual): shows what it touches, asks, audits."""
-    params = _params("rerun", job=job, slot=slot, partition=partition, force=force)
+    """A new attempt of one run (trigger manual): shows what it touches, asks, audits. It
+    starts from scratch, or with --resume from the run's last checkpoint (the impact says)."""
+    params = _params("rerun", job=job, slot=slot, partition=partition, force=force, resume=resume)
     why = _reason(reason)
     with _errors():
         _, conn = _open_ledger(database_url)
         plan: operate.RerunPlan = actions.plan(conn, "rerun", params)
         if not as_json:
             _show_rerun(plan)
+            _say(f"  the next attempt starts {plan.starts(resume)}")
         if plan.refusal:
             fail(plan.refusal)
         _confirm(f"Rerun {plan.run_label}?", yes)
@@ -704,7 +746,7 @@ def rerun(
     request, queued = done["request"], done["run"]
     if as_json:
         _print_value({"run": plan.run, "attempts": plan.attempts, "effects": plan.effects,
-                      "request": request, "queued": queued})
+                      "starts": plan.starts(resume), "request": request, "queued": queued})
     else:
         _say(f"run {queued['id']} is pending (trigger manual), due now; request {request['id']} "
                    f"by {request['who']}")

@@ -105,7 +105,8 @@ FINISHED_KEEP = 600.0  # seconds a finished plan stays on the endpoint
 MAX_PLANS = 50
 MIN_INTERVAL = 1.0  # seconds between two ledger reads of the collector
 SUCCESS_WINDOW = 1000  # runs of a job looked at, newest first, for its last success
-STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "handed_off", "refused")  # an attempt's outcomes
+# an attempt's outcomes
+STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "handed_off", "refused")
 
 
 class Metrics:
@@ -130,8 +131,9 @@ class Metrics:
                                      registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
         # fenced checkpoints (issue 33, runner/checkpoints.py)
-        self.checkpoints = Counter("runner_checkpoints", "Checkpoints committed by handlers (ctx.checkpoint)",
-                                   ["job_name"], registry=r)
+        self.checkpoints = Counter("runner_checkpoints",
+                                   "Checkpoints committed by handlers (ctx.checkpoint)", ["job_name"],
+                                   registry=r)
         self.handoffs = Counter("runner_handoffs", "Attempts handed off at a checkpoint because their "
                                 "runner was shutting down (resumed by another runner)", ["job_name"],
                                 registry=r)

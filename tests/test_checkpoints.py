@@ -94,9 +94,9 @@ def test_kill_9_three_times_and_sigterm_twice_ends_with_every_row_once(
                 status, ended = rows(ck_db, "SELECT status, finished_at FROM runner.attempts "
                                             "WHERE run_id = %s AND fence = %s", (run_id, fence))[0]
                 assert status == "handed_off", procs[i].output()
-                started = eventually(lambda: scalar(
+                started = eventually(lambda r=run_id, f=fence: scalar(
                     ck_db, "SELECT started_at FROM runner.attempts WHERE run_id = %s AND fence = %s",
-                    (run_id, fence + 1)), timeout=10, message="the handed-off run resumed")
+                    (r, f + 1)), timeout=10, message="the handed-off run resumed")
                 handoff_gaps.append((started - ended).total_seconds())
             procs[i] = start(ck_db, tmp_path, f"{job}-{i}-{n}", job)
             # the next disruption hits the attempt after this one, held where it resumed
@@ -129,3 +129,92 @@ def test_kill_9_three_times_and_sigterm_twice_ends_with_every_row_once(
     assert all(gap <= POLL + 0.15 for gap in handoff_gaps), handoff_gaps
     print(f"{job}: handoff to the other runner after {handoff_gaps} s; {work} rows written for {TOTAL}")
     assert_ledger_clean(ck_db)
+
+
+# -- in-process: the state's limits, a stale checkpoint, and an operator's rerun -----------------
+
+
+def one_run_app(handler: Any, max_attempts: int = 1) -> Any:
+    from runner import Runner
+    from tests.support import one_late_slot
+
+    app = Runner()
+    app.job("long", max_attempts=max_attempts, **one_late_slot())(handler)
+    return app
+
+
+def run_row(url: str) -> dict[str, Any]:
+    got = rows(url, "SELECT row_to_json(r) FROM runner.job_runs r WHERE job_name = 'long'")
+    return got[0][0] if got else {}
+
+
+def test_a_rerun_starts_from_scratch_unless_asked_to_resume(ck_db: str) -> None:
+    """A run that died halfway (its checkpoints committed) is rerun twice by an operator:
+    from scratch by default (ctx.resume None, the state cleared), then, after it died
+    halfway again, with --resume (it continues from the checkpoint; every row once)."""
+    from runner.errors import Permanent
+    from tests.support import run_cli, running_worker
+
+    seen: list[Any] = []
+
+    def long(ctx: Any) -> None:
+        seen.append(ctx.resume)
+        start = (ctx.resume or {"next": 0})["next"]
+        for first in range(start, 1000, 100):
+            ctx.db.execute("INSERT INTO ck_rows (job, n) SELECT 'long', g FROM generate_series(%s::int, %s::int) g",
+                           (first, first + 99))
+            ctx.checkpoint({"next": first + 100})
+            if first + 100 == 500 and len(seen) < 3:
+                raise Permanent("upstream gone")  # dies halfway (the first two attempts)
+
+    app = one_run_app(long)
+    with running_worker(app, ck_db):
+        eventually(lambda: run_row(ck_db).get("status") == "dead", timeout=30, message="died halfway")
+        slot = run_row(ck_db)["schedule_slot"]
+        assert run_row(ck_db)["checkpoint"] == {"next": 500}
+        out = run_cli("rerun", "long", "--slot", slot, "--reason", "upstream back", "--yes", url=ck_db)
+        assert out.returncode == 0, out.stderr
+        assert "starts from scratch: its last checkpoint" in out.stdout and "--resume keeps it" in out.stdout
+        eventually(lambda: len(seen) == 2 and run_row(ck_db).get("status") == "dead", timeout=30,
+                   message="the rerun died halfway too")
+        assert seen[1] is None  # from scratch
+        # (from scratch wrote rows 0-499 again: a handler that reruns from scratch must undo or
+        # upsert; this one's table shows it)
+        assert scalar(ck_db, "SELECT count(*) FROM ck_rows") == 1000
+        out = run_cli("rerun", "long", "--slot", slot, "--reason", "continue", "--resume", "--yes",
+                      "--json", url=ck_db)
+        assert out.returncode == 0, out.stderr
+        assert "from its last checkpoint" in out.stdout
+        eventually(lambda: run_row(ck_db).get("status") == "succeeded", timeout=30, message="resumed")
+    assert seen[2] == {"next": 500}
+    assert scalar(ck_db, "SELECT count(*) FROM ck_rows WHERE n >= 500") == 500  # the resumed half once
+    requests = rows(ck_db, "SELECT touched -> 'resume', touched #> '{runs,0,checkpoint,kept}' "
+                           "FROM runner.requests WHERE action = 'rerun' ORDER BY id")
+    assert requests == [(False, False), (True, True)]
+
+
+def test_a_state_too_large_or_not_json_is_refused_and_nothing_is_written(ck_db: str) -> None:
+    from runner.checkpoints import MAX_BYTES, CheckpointError
+    from tests.support import running_worker
+
+    errors: list[str] = []
+
+    def long(ctx: Any) -> None:
+        ctx.db.execute("INSERT INTO ck_rows (job, n) VALUES ('long', 1)")
+        for state in ({"blob": "x" * MAX_BYTES}, {"when": object()}, float("nan")):
+            try:
+                ctx.checkpoint(state)
+            except CheckpointError as exc:
+                errors.append(str(exc))
+        ctx.checkpoint({"blob": "é" * ((MAX_BYTES - 20) // 2)})  # multi-byte, just under the limit
+
+    with running_worker(one_run_app(long), ck_db):
+        eventually(lambda: run_row(ck_db).get("status") == "succeeded", timeout=30, message="done")
+    assert len(errors) == 3 and "over the limit of 65536 bytes" in errors[0], errors
+    assert all("\n" not in e for e in errors)
+    run = run_row(ck_db)
+    assert run["checkpoints"] == 1 and MAX_BYTES - 40 < run["checkpoint_bytes"] <= MAX_BYTES, run
+    # the database refuses a larger state on its own, whatever the caller
+    with psycopg.connect(ck_db, autocommit=True) as conn, pytest.raises(psycopg.Error, match="over the limit"):
+        conn.execute("SELECT runner.checkpoint_v1(%s, %s, %s::jsonb, 's')",
+                     (run["id"], run["fence"], '"' + "x" * MAX_BYTES + '"'))
