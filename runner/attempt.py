@@ -13,6 +13,10 @@ An ``async def`` handler (``job.is_async``) is awaited by ``execute_async`` on t
 event loop (runner/aio.py), with the same outcome rules: its ``ctx.db`` is an AsyncConnection
 whose transaction records the success, fence-checked, and commits or rolls back the same way.
 
+A handler that raises ``HandedOff`` (runner/checkpoints.py: its runner is shutting down and
+its work up to its last checkpoint is committed) ends with the run released, uncounted and
+due at once, the attempt recorded ``handed_off``.
+
 A handler's return value is ignored, except one that stands for work not done yet: a
 coroutine returned by a plain ``def`` (a sync wrapper around an ``async def``: register the
 ``async def`` itself to have it awaited), another awaitable, a generator or an async

@@ -29,8 +29,12 @@ of the state's JSON) is what the run page and ``runner runs --show`` print, 200 
 **Resume.** ``ctx.resume`` is the run's last committed state, ``None`` on the run's first
 attempt (read without a query: no earlier attempt could have checkpointed) or when none was
 taken. Retries, takeovers after a crash and handoffs resume. An operator's re-queue starts
-from scratch unless the operator asks to resume (``runner rerun --resume``): the rerun
-clears the state (the count stays) and its impact says which of the two it will do.
+from scratch unless the operator asks to resume (``runner rerun --resume``, the registry's
+``resume`` parameter, so the console has it too): ``runner.rerun_v2`` clears the state (the
+count stays) and the impact shown first says which of the two the next attempt does. A
+backfill's re-queued runs (``--force`` of succeeded ones too) start from scratch
+(``runner.create_backfill_v1``); a backfill has no resume option yet: rerun such a run with
+``--resume`` instead.
 
 **Shutdown handoff.** When the runner stops (SIGTERM), every running attempt's
 ``ctx.stopping`` becomes true. Its next ``ctx.checkpoint`` commits and then raises
