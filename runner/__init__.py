@@ -10,6 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from runner.app import Backoff, Runner
+from runner.checkpoints import CheckpointError, HandedOff
 from runner.context import AsyncJobContext, JobContext
 from runner.errors import (
     AttemptTimedOut,
@@ -26,6 +27,8 @@ __all__ = [
     "AsyncJobContext",
     "AttemptTimedOut",
     "Backoff",
+    "CheckpointError",
+    "HandedOff",
     "HandlerReturnedAwaitable",
     "InProcessRunner",
     "JobContext",

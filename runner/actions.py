@@ -295,9 +295,9 @@ def _rerun_plan(ctx: Context, p: dict[str, Any]) -> operate.RerunPlan:
     return operate.plan_rerun(ctx.conn, p["job"], p["slot"], p["partition"] or "", p["force"])
 
 
-def _rerun_shown(plan: operate.RerunPlan, _: dict[str, Any]) -> dict[str, Any]:
+def _rerun_shown(plan: operate.RerunPlan, p: dict[str, Any]) -> dict[str, Any]:
     return {"run": plan.run, "attempts": plan.attempts, "effects": plan.effects, "refusal": plan.refusal,
-            "label": plan.run_label,
+            "label": plan.run_label, "starts": plan.starts(bool(p.get("resume"))),
             "effects_sent": sum(1 for e in plan.effects or () if (e.get("send_count") or 0) >= 1)}
 
 
@@ -308,7 +308,7 @@ def _rerun_act(ctx: Context, plan: operate.RerunPlan, p: dict[str, Any], who: st
         plan = dataclasses.replace(plan, run={
             **plan.run, "status": p["seen_status"] or plan.run["status"],
             "fence": plan.run["fence"] if p["seen_fence"] is None else p["seen_fence"]})
-    return operate.rerun(ctx.conn, plan, reason, who, p["force"])
+    return operate.rerun(ctx.conn, plan, reason, who, p["force"], resume=bool(p.get("resume")))
 
 
 register(Action(
@@ -316,6 +316,8 @@ register(Action(
     (JOB, Param("slot", "time", required=True, help="the run's slot, ISO 8601 with offset", option="--slot"),
      Param("partition", "text", help="the run's partition key", option="--partition", default=""),
      Param("force", "flag", help="rerun a run that already succeeded", option="--force", default=False),
+     Param("resume", "flag", help="continue from the run's last checkpoint (default: from scratch)",
+           option="--resume", default=False),
      Param("seen_status", "text", help="the run's status as shown (refused if it changed)"),
      Param("seen_fence", "int", help="the run's fence as shown (refused if it changed)")),
     _rerun_plan, _rerun_shown, _rerun_act))

@@ -13,6 +13,10 @@ An ``async def`` handler (``job.is_async``) is awaited by ``execute_async`` on t
 event loop (runner/aio.py), with the same outcome rules: its ``ctx.db`` is an AsyncConnection
 whose transaction records the success, fence-checked, and commits or rolls back the same way.
 
+A handler that raises ``HandedOff`` (runner/checkpoints.py: its runner is shutting down and
+its work up to its last checkpoint is committed) ends with the run released, uncounted and
+due at once, the attempt recorded ``handed_off``.
+
 A handler's return value is ignored, except one that stands for work not done yet: a
 coroutine returned by a plain ``def`` (a sync wrapper around an ``async def``: register the
 ``async def`` itself to have it awaited), another awaitable, a generator or an async
@@ -33,6 +37,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from runner import ledger
+from runner.checkpoints import HandedOff
 from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership, error_text
 from runner.jobs import JobDef
@@ -100,6 +105,15 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: RunContext | 
     )
 
 
+def handed_off(run: ClaimedRun, exc: HandedOff) -> Outcome:
+    """The outcome of an attempt that stopped at a committed checkpoint because its runner is
+    shutting down (runner/checkpoints.py): the run is released, due at once and uncounted,
+    and the attempt is recorded ``handed_off``."""
+    error_class, message = error_text(exc)
+    return Outcome(run.id, run.fence, "released", attempt_status="handed_off",
+                   error_class=error_class, error_message=message, retry_delay=0.0)
+
+
 def unfinished_work(result: object) -> HandlerReturnedAwaitable | None:
     """The failure for a handler's return value that stands for work not done yet (a
     coroutine, another awaitable, a generator, an async generator), or None for any other
@@ -157,6 +171,9 @@ def execute(run: ClaimedRun, job: JobDef, pool: ConnectionPool[Any],
     ctx = ctx or JobContext(run, job, pool)
     try:
         result = job.handler(ctx)
+    except HandedOff as exc:
+        ctx._release(commit=False)
+        return handed_off(run, exc)
     except Exception as exc:
         ctx._release(commit=False)
         _handler_failed(run, exc)
@@ -203,9 +220,13 @@ async def execute_async(run: ClaimedRun, job: JobDef, ctx: AsyncJobContext) -> O
     back; the runner has recorded that attempt's outcome already."""
     try:
         try:
+            await ctx._load_resume()
             result = job.handler(ctx)
             if inspect.isawaitable(result):
                 result = await result
+        except HandedOff as exc:
+            await ctx._release(commit=False)
+            return handed_off(run, exc)
         except Exception as exc:
             await ctx._release(commit=False)
             _handler_failed(run, exc)

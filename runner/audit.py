@@ -43,6 +43,7 @@ INVARIANTS: dict[str, str] = {
     "started_before_slot": "an attempt that started before its run's slot instant",
     "plan_completed_not_done": "a backfill plan completed while a run of its range was not done",
     "cover_not_covered": "a coalesced run whose cover is dead or awaiting approval, not in missing_slots",
+    "checkpoint_not_owned": "a run's committed checkpoint written by a fence that did not own the run then",
 }
 
 COLUMNS = ["invariant", "job_name", "schedule_slot", "partition_key", "run_id", "attempt_id", "detail"]

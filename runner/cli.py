@@ -531,8 +531,8 @@ def runs(
     until: Annotated[str | None, typer.Option(help="slots before (ISO 8601)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
     show: Annotated[int | None, typer.Option(
-        "--show", min=1, help="one run in full: its facts, then each attempt with its error, "
-                              "traceback and the handler's last heartbeat")] = None,
+        "--show", min=1, help="one run in full: its facts and last checkpoint, then each attempt "
+                              "with its error, traceback and the handler's last heartbeat")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The ledger's runs, newest slot first (``--show ID``: one run and its attempts)."""
@@ -545,7 +545,7 @@ def runs(
     params = {
         "job_name": job, "statuses": status or None, "partition_key": partition,
         "since": _parse_time(since, "--since"), "until": _parse_time(until, "--until"),
-        "limit": limit,
+        "limit": limit, "run_id": show,
     }
     with _errors():
         _, conn = _open_ledger(database_url)
@@ -558,6 +558,8 @@ def runs(
                    "attempt", "fence", "started_at", "finished_at", "last_error"]
         if any(r["misfire_tier"] for r in rows):  # jobs with misfire tiers: which one decided
             columns.insert(6, "misfire_tier")
+        if any(r["checkpoint_at"] for r in rows):  # long jobs: their last checkpoint
+            columns += ["checkpoint_at", "checkpoint_bytes", "checkpoint_summary"]
         _print_table("runs", rows, columns)
 
 
@@ -668,6 +670,13 @@ def _show_run(run_id: int, database_url: str | None, as_json: bool) -> None:
          f"{_cell(run['window_end'])}")
     if run["last_error"]:
         _say(f"  last error: {run['last_error']}")
+    if run["checkpoint_at"] is not None:  # a long job's last checkpoint (runner/checkpoints.py)
+        _say(f"  checkpoint: {_cell(run['checkpoint_at'])}, {run['checkpoint_bytes']} bytes, "
+             f"{run['checkpoints']} taken by this run; summary: {run['checkpoint_summary']}")
+        text = json.dumps(run["checkpoint"], sort_keys=True)
+        _say(f"  checkpoint state: {text if len(text) <= 500 else text[:500] + ' ... (--json for all)'}")
+    elif run["checkpoints"]:
+        _say(f"  checkpoint: none kept ({run['checkpoints']} taken by this run)")
     if not attempts:
         _say("  no attempts yet")
     for a in attempts:
@@ -823,18 +832,22 @@ def rerun(
     partition: Annotated[str, typer.Option("--partition", help="the run's partition key")] = "",
     by: ByOpt = None,
     force: Annotated[bool, typer.Option("--force", help="rerun a run that already succeeded")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="continue from the run's last checkpoint (default: from scratch)")] = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
     database_url: DbOpt = None,
 ) -> None:
-    """A new attempt of one run (trigger manual): shows what it touches, asks, audits."""
-    params = _params("rerun", job=job, slot=slot, partition=partition, force=force)
+    """A new attempt of one run (trigger manual): shows what it touches, asks, audits. It
+    starts from scratch, or with --resume from the run's last checkpoint (the impact says)."""
+    params = _params("rerun", job=job, slot=slot, partition=partition, force=force, resume=resume)
     why = _reason(reason)
     with _errors():
         _, conn = _open_ledger(database_url)
         plan: operate.RerunPlan = actions.plan(conn, "rerun", params)
         if not as_json:
             _show_rerun(plan)
+            _say(f"  the next attempt starts {plan.starts(resume)}")
         if plan.refusal:
             fail(plan.refusal)
         _confirm(f"Rerun {plan.run_label}?", yes)
@@ -843,7 +856,7 @@ def rerun(
     request, queued = done["request"], done["run"]
     if as_json:
         _print_value({"run": plan.run, "attempts": plan.attempts, "effects": plan.effects,
-                      "request": request, "queued": queued})
+                      "starts": plan.starts(resume), "request": request, "queued": queued})
     else:
         _say(f"run {queued['id']} is pending (trigger manual), due now; request {request['id']} "
                    f"by {request['who']}")

@@ -1,6 +1,8 @@
 """The context a handler sees: the run it is doing (``ctx.slot``, ``ctx.partition``, ...),
-``ctx.db`` (a transaction that commits with the run's success), ``ctx.heartbeat()`` and
-``ctx.effect()``. Made by the loop for each attempt (runner/attempt.py runs the handler).
+``ctx.db`` (a transaction that commits with the run's success), ``ctx.heartbeat()``,
+``ctx.effect()``, and for long jobs ``ctx.checkpoint(state)``, ``ctx.resume`` and
+``ctx.stopping`` (runner/checkpoints.py has their design). Made by the loop for each attempt
+(runner/attempt.py runs the handler).
 
 A plain ``def`` handler gets a ``JobContext``; an ``async def`` handler gets an
 ``AsyncJobContext``, with the same run facts and the same rules, in async form:
@@ -9,7 +11,8 @@ A plain ``def`` handler gets a ``JobContext``; an ``async def`` handler gets an
   handler first uses it: ``await ctx.db.execute(...)`` (a shortcut), or ``conn = await ctx.db``
   for the connection itself (cursors, ``copy``, pipelines). It commits with the run's success,
   fence-checked, or rolls back, exactly as the sync one does;
-* ``await ctx.heartbeat(processed=...)`` and ``await ctx.effect(key, send, check=...)``
+* ``await ctx.heartbeat(processed=...)``, ``await ctx.checkpoint(state)`` and
+  ``await ctx.effect(key, send, check=...)``
   (``send`` and ``check`` may be plain functions or ``async def``). There is no sync variant
   for async handlers: a database round trip must not block the event loop that runs every
   other async handler of the process.
@@ -31,7 +34,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner import ledger
+from runner import checkpoints, ledger
+from runner.checkpoints import HandedOff
 from runner.effects import run_effect
 from runner.errors import AttemptTimedOut, LostOwnership
 from runner.jobs import JobDef
@@ -53,6 +57,12 @@ class RunContext:
         self._may_finish: Callable[[], bool] | None = None
         self.processed: int | None = None
         self.failed: int | None = None
+        self._stopping = False  # the runner is shutting down (hand_off)
+        self._checkpoints = 0  # checkpoints this attempt committed
+        # the state this attempt resumes from: known without a query on a run's first attempt
+        self._resume: Any = None
+        self._resume_known = run.attempt <= 1
+        self._on_checkpoint: Callable[[], None] | None = None  # metrics (runner/worker/executor.py)
         # the handler's last ctx.heartbeat(): kept on a failed attempt's row (runner/attempt.py)
         self.last_heartbeat: dict[str, Any] | None = None
 
@@ -106,8 +116,46 @@ class RunContext:
     def trigger(self) -> str:
         return self._run.trigger
 
+    @property
+    def stopping(self) -> bool:
+        """True once the runner is shutting down: a handler that checkpoints should stop at its
+        next checkpoint (which then raises ``HandedOff``) and another runner resumes the run."""
+        return self._stopping
+
+    def hand_off(self) -> None:
+        """The runner is shutting down (called from its loop thread): ``stopping`` becomes
+        true, the next checkpoint raises HandedOff after its commit, and so does the next
+        heartbeat once the attempt has committed a checkpoint."""
+        self._stopping = True
+
     def cancel(self, reason: str) -> None:  # pragma: no cover - both subclasses override it
         self._cancelled = reason
+
+    def _checked(self, state: Any, summary: str | None) -> tuple[str, str]:
+        if self._cancelled:
+            raise AttemptTimedOut(self._cancelled)
+        return checkpoints.encode(state, summary)
+
+    def _committed(self, count: int | None) -> None:
+        if count is None:
+            log.warning("run %s: stale fence %s, its checkpoint was refused and the handler's "
+                        "transaction rolled back", self._run.id, self._run.fence)
+            raise self._lost()
+        self._checkpoints += 1
+        if self._on_checkpoint is not None:
+            self._on_checkpoint()
+        if self._stopping:
+            raise HandedOff(f"run {self._run.id}: the runner is shutting down; work up to "
+                            f"checkpoint {count} of the run is committed and another runner "
+                            "resumes from it")
+
+    def _beat_stop(self) -> None:
+        """A heartbeat's own checks: given up (timeout), or handing off (runner/checkpoints.py)."""
+        if self._cancelled:
+            raise AttemptTimedOut(self._cancelled)
+        if self._stopping and self._checkpoints:
+            raise HandedOff(f"run {self._run.id}: the runner is shutting down; work up to this "
+                            "attempt's last checkpoint is committed and another runner resumes from it")
 
     def _lost(self) -> LostOwnership:
         return LostOwnership(
@@ -141,11 +189,31 @@ class JobContext(RunContext):
         """A side effect recorded under ``key`` in runner.effects (see runner/effects.py)."""
         return run_effect(self, key, *args, **kwargs)
 
+    @property
+    def resume(self) -> Any:
+        """The run's last committed checkpoint state when this attempt started it (None on a
+        first attempt, or when no checkpoint was taken): where to continue from."""
+        if not self._resume_known:
+            with self._control.connection() as conn:
+                self._resume = checkpoints.read_resume(conn, self._run.id)
+            self._resume_known = True
+        return self._resume
+
+    def checkpoint(self, state: Any, summary: str | None = None) -> None:
+        """Commit what the handler wrote through ``ctx.db`` so far together with ``state``
+        (JSON, at most 64 KiB) on the run, if this attempt still holds its fence
+        (runner/checkpoints.py). Raises CheckpointError (nothing written) for a state that
+        cannot be stored, LostOwnership (rolled back) for a stale attempt, and HandedOff
+        after the commit when the runner is shutting down."""
+        text, summary = self._checked(state, summary)
+        self._committed(checkpoints.commit_checkpoint(self.db, self._run.id, self._run.fence,
+                                                      text, summary))
+
     def heartbeat(self, processed: int | None = None, failed: int | None = None) -> None:
         """Report progress. Raises LostOwnership if this attempt no longer owns its run, and
-        AttemptTimedOut once the runner gave up on it (its job's timeout passed)."""
-        if self._cancelled:
-            raise AttemptTimedOut(self._cancelled)
+        AttemptTimedOut once the runner gave up on it (its job's timeout passed), and
+        HandedOff when the runner is shutting down and this attempt has committed a checkpoint."""
+        self._beat_stop()
         self._beat(processed, failed)
         with self._control.connection() as conn:
             alive = ledger.heartbeat_attempt(conn, self._run.id, self._run.fence, processed, failed)
@@ -234,15 +302,35 @@ class AsyncJobContext(RunContext):
 
     async def heartbeat(self, processed: int | None = None, failed: int | None = None) -> None:
         """Report progress (``await ctx.heartbeat(processed=...)``). Raises LostOwnership if
-        this attempt no longer owns its run, and AttemptTimedOut once the runner gave up on it."""
-        if self._cancelled:
-            raise AttemptTimedOut(self._cancelled)
+        this attempt no longer owns its run, AttemptTimedOut once the runner gave up on it, and
+        HandedOff when the runner is shutting down and this attempt has committed a checkpoint."""
+        self._beat_stop()
         self._beat(processed, failed)
         async with self._acontrol.connection() as conn:
             alive = await ledger.heartbeat_attempt_async(conn, self._run.id, self._run.fence,
                                                          processed, failed)
         if not alive:
             raise self._lost()
+
+    @property
+    def resume(self) -> Any:
+        """The run's last committed checkpoint state when this attempt started it (None on a
+        first attempt, or when no checkpoint was taken; read before the handler is called)."""
+        return self._resume
+
+    async def _load_resume(self) -> None:
+        if not self._resume_known:
+            async with self._acontrol.connection() as conn:
+                self._resume = await checkpoints.read_resume_async(conn, self._run.id)
+            self._resume_known = True
+
+    async def checkpoint(self, state: Any, summary: str | None = None) -> None:
+        """``await ctx.checkpoint(state)``: the sync ``JobContext.checkpoint`` on the
+        attempt's AsyncConnection, with the same rules and exceptions."""
+        text, summary = self._checked(state, summary)
+        conn = await self._connection()
+        self._committed(await checkpoints.commit_checkpoint_async(conn, self._run.id, self._run.fence,
+                                                                  text, summary))
 
     async def effect(self, key: str, send: Callable[[], Any] | None = None, *,
                      check: Callable[[str], Any] | None = None, stage: str | None = None,

@@ -15,7 +15,7 @@ its log handlers one of these two formatters for the same guarantee.
 
 Event names (stable, scripts may match on them): job_claimed,
 job_claim_skipped, attempt_started, attempt_succeeded, attempt_failed, attempt_timed_out,
-outcome_refused, run_recovered, run_released, owner_ended, misfire_decision,
+outcome_refused, run_recovered, run_released, attempt_handed_off, owner_ended, misfire_decision,
 lock_squatter, runner_started, runner_stopped, privileged_login (a
 warning: `runner start` connected as a superuser or as the owner of the runner schema).
 """

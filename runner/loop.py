@@ -43,8 +43,10 @@ The loop sleeps until the next slot of any job, the nearest handler deadline or 
 poll interval, whichever is sooner, and wakes at once when a handler finishes while work is
 waiting.
 
-Shutdown (SIGTERM/SIGINT): stop claiming, wait up to ``grace`` seconds for running handlers,
-then *release* the runs still running: each goes back to ``pending`` (trigger ``recovery``,
+Shutdown (SIGTERM/SIGINT): stop claiming, tell running handlers (``ctx.stopping``: a handler
+that checkpoints stops at its next checkpoint and its run is *handed off*, recorded at once
+for another runner to resume, runner/checkpoints.py), wait up to ``grace`` seconds for running
+handlers, then *release* the runs still running: each goes back to ``pending`` (trigger ``recovery``,
 the attempt not counted against ``max_attempts``) and its lock is dropped, so another process
 starts it at once.
 """
@@ -229,6 +231,7 @@ class Worker:
         record outcomes; release locks; deregister."""
         self._stop.set()
         deadline = time.monotonic() + self.config.grace
+        self.executor.hand_off_all()  # checkpointing handlers stop at their next checkpoint
         while self.attempts and time.monotonic() < deadline:
             self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
             self._wake.clear()

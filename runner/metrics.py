@@ -105,7 +105,8 @@ FINISHED_KEEP = 600.0  # seconds a finished plan stays on the endpoint
 MAX_PLANS = 50
 MIN_INTERVAL = 1.0  # seconds between two ledger reads of the collector
 SUCCESS_WINDOW = 1000  # runs of a job looked at, newest first, for its last success
-STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "refused")  # an attempt's outcomes
+# an attempt's outcomes
+STATUSES = ("succeeded", "failed", "dead", "timed_out", "released", "handed_off", "refused")
 
 
 class Metrics:
@@ -129,6 +130,13 @@ class Metrics:
         self.duty_failures = Counter("runner_duty_failures", "Loop duties that failed (retried)", ["duty"],
                                      registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
+        # fenced checkpoints (issue 33, runner/checkpoints.py)
+        self.checkpoints = Counter("runner_checkpoints",
+                                   "Checkpoints committed by handlers (ctx.checkpoint)", ["job_name"],
+                                   registry=r)
+        self.handoffs = Counter("runner_handoffs", "Attempts handed off at a checkpoint because their "
+                                "runner was shutting down (resumed by another runner)", ["job_name"],
+                                registry=r)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._live: collections.deque[tuple[float, float]] = collections.deque(maxlen=20_000)
         self._live_lock = threading.Lock()
@@ -141,6 +149,8 @@ class Metrics:
                 self.of(self.completed, name, status)
             self.of(self.takeovers, name)
             self.of(self.conflicts, name)
+            self.of(self.checkpoints, name)
+            self.of(self.handoffs, name)
 
     def observe_lag(self, job: str, seconds: float, trigger: str) -> None:
         """A claimed run's start lag: the histogram, and for live slots (trigger schedule)

@@ -190,6 +190,17 @@ class RerunPlan:
     effects: list[dict[str, Any]] | None  # None: this schema has no effect log
     refusal: str | None  # why the rerun may not proceed; None when it may
 
+    def starts(self, resume: bool) -> str:
+        """Where the rerun's next attempt starts (the impact shown first, issue 33)."""
+        run = self.run
+        if run.get("checkpoint_at") is None:
+            return "from scratch (the run has no checkpoint)"
+        at = run["checkpoint_at"].isoformat(timespec="seconds")
+        about = f"{at}, {run['checkpoint_bytes']} bytes: {run['checkpoint_summary'] or ''}".rstrip(": ")
+        if resume:
+            return f"from its last checkpoint ({about})"
+        return f"from scratch: its last checkpoint ({about}) is cleared (--resume keeps it)"
+
     @property
     def run_label(self) -> str:
         run = self.run
@@ -234,9 +245,11 @@ def plan_rerun(conn: psycopg.Connection[Any], job_name: str, slot: datetime, par
 
 
 def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str | None = None,
-          force: bool = False, now: datetime | None = None) -> dict[str, Any]:
+          force: bool = False, now: datetime | None = None, resume: bool = False) -> dict[str, Any]:
     """Queue the planned run for a new attempt (trigger manual), with its request row, in one
-    transaction. Returns {"request": ..., "run": ...}."""
+    transaction. The new attempt starts from scratch (the run's checkpoint state cleared), or
+    with ``resume`` from the run's last checkpoint (runner/checkpoints.py). Returns
+    {"request": ..., "run": ...}."""
     if plan.refusal:
         raise OperatorError(plan.refusal)
     reason = checked_text(reason, "--reason")
@@ -245,7 +258,7 @@ def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str 
     with conn.transaction():
         [updated] = call_action(conn, Q["rerun"], {
             "run_id": seen["id"], "seen_status": seen["status"], "seen_fence": seen["fence"],
-            "force": force, "who": who, "reason": reason, "now": now})
+            "force": force, "who": who, "reason": reason, "now": now, "resume": resume})
         request = get_request(conn, updated.pop("request_id"))
     return {"request": request, "run": updated}
 

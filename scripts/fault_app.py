@@ -2,8 +2,10 @@
 
 Two jobs due every second, each fanned out over ``FAULT_PARTITIONS`` partitions:
 
-* ``fault-ledger`` writes one row per run to ``fault.sink`` through ``ctx.db`` (so the row
-  commits with the run's success, fence-checked) and sends one fake external message;
+* ``fault-ledger`` writes two rows per run to ``fault.sink`` through ``ctx.db``: part 1, then
+  a checkpoint (``ctx.checkpoint``: part 1 commits, fence-checked), its work, then part 2
+  (committed with the run's success, fence-checked); an attempt that resumes from the
+  checkpoint (``ctx.resume``) writes only part 2. It sends one fake external message;
 * ``fault-notify`` only sends the message: it never touches ``ctx.db``, so its success is
   recorded by the runner's batched completer rather than inside the handler's transaction.
 
@@ -139,14 +141,21 @@ def message(ctx: JobContext | AsyncJobContext, rng: random.Random) -> tuple[str,
     return key, send, check
 
 
-SINK = ("INSERT INTO fault.sink (run_id, job_name, slot, partition_key, fence, attempt)"
-        " VALUES (%s, %s, %s, %s, %s, %s)")
+SINK = ("INSERT INTO fault.sink (run_id, job_name, slot, partition_key, fence, attempt, part)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)")
+
+
+def sink_row(ctx: JobContext | AsyncJobContext, part: int) -> tuple[Any, ...]:
+    return (ctx.run_id, ctx.job_name, ctx.slot, ctx.partition, ctx.fence, ctx.attempt, part)
 
 
 def ledger_job(ctx: JobContext) -> None:
     rng = draw(ctx)
+    if ctx.resume is None:  # part 1 and its checkpoint (an attempt after it resumes past them)
+        ctx.db.execute(SINK, sink_row(ctx, 1))
+        ctx.checkpoint({"part": 1})
     work(ctx, rng)
-    ctx.db.execute(SINK, (ctx.run_id, ctx.job_name, ctx.slot, ctx.partition, ctx.fence, ctx.attempt))
+    ctx.db.execute(SINK, sink_row(ctx, 2))
     notify(ctx, rng)
 
 
@@ -158,8 +167,11 @@ def notify_job(ctx: JobContext) -> None:
 
 async def ledger_job_async(ctx: AsyncJobContext) -> None:
     rng = draw(ctx)
+    if ctx.resume is None:
+        await ctx.db.execute(SINK, sink_row(ctx, 1))
+        await ctx.checkpoint({"part": 1})
     await work_async(ctx, rng)
-    await ctx.db.execute(SINK, (ctx.run_id, ctx.job_name, ctx.slot, ctx.partition, ctx.fence, ctx.attempt))
+    await ctx.db.execute(SINK, sink_row(ctx, 2))
     await notify_async(ctx, rng)
 
 

@@ -25,8 +25,9 @@ What it does, in order:
    partition of the tracked range has a settled run and nothing at or before the range's end
    is running, pending or waiting for a retry. Every runner is stopped with SIGTERM.
 5. The invariants, in SQL (scripts/fault_suite.sql): exactly one succeeded run per expected
-   slot x partition, one sink row per run of the ``ctx.db`` job, no sink row under an older
-   fence (a stale owner's write), every effect key of a succeeded run confirmed, sends beyond
+   slot x partition, each of the two sink rows once per run of the ``ctx.db`` job (the first
+   committed by a checkpoint, the second with the success), no sink row under a fence that
+   did not own the run then (a stale owner's write), every effect key of a succeeded run confirmed, sends beyond
    one per key only where a check said "not delivered", nothing left running, and no missing
    slot (``runner.missing_slots`` when the view exists, else slots from ``runner.schedule``);
    and the ledger audit (``runner check``, runner/audit.py) finds no violation at all.
@@ -626,6 +627,8 @@ class Suite:
             "attempts": int(att["attempts"]),
             "attempts abandoned (taken over)": int(att["abandoned"]),
             "attempts released at shutdown": int(att["released"]),
+            "attempts handed off at a checkpoint at shutdown": int(att["handed_off"]),
+            "runs resumed from their checkpoint (fault-ledger)": int(sink["resumed_runs"]),
             "attempts failed or timed out (retried)": int(att["failed_attempts"]),
             "stale writes refused (attempts 'stale')": int(att["stale_refused"]),
             "attempts not succeeded, by cause": causes,

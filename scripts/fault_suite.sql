@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS fault.executions (
 CREATE TABLE IF NOT EXISTS fault.sink (
     run_id bigint NOT NULL, job_name text NOT NULL, slot timestamptz NOT NULL,
     partition_key text NOT NULL, fence bigint NOT NULL, attempt int NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp());
+    part int NOT NULL DEFAULT 2, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS fault.sends (
     effect_key text NOT NULL, run_id bigint NOT NULL, attempt int NOT NULL, fence bigint NOT NULL,
     pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -101,22 +101,31 @@ SELECT
                        AND a.fence = r.fence)) AS n
 
 -- name: sink_state
--- The ctx.db writes: one sink row per succeeded run, none for a run that did not succeed,
--- and every row written under the run's final fence (an older fence would be a stale
--- owner's write that landed).
+-- The ctx.db writes, two rows per run (scripts/fault_app.py): part 1, committed by the run's
+-- checkpoint, and part 2, committed with its success. Each part once per succeeded run; no
+-- part 2 for a run that did not succeed (a part 1 is the checkpoint's: it stays); part 2
+-- written under the run's final fence and part 1 under the fence of the run's checkpoint
+-- (any other fence would be a stale owner's write that landed). resumed: runs whose part 2
+-- came from a later attempt than their part 1 (resumed from the checkpoint).
 WITH per_run AS (
-    SELECT r.id, r.status, r.fence, count(s.run_id) AS n,
-           count(s.run_id) FILTER (WHERE s.fence <> r.fence) AS stale
+    SELECT r.id, r.status, r.fence,
+           count(s.run_id) FILTER (WHERE s.part = 1) AS n1,
+           count(s.run_id) FILTER (WHERE s.part = 2) AS n2,
+           count(s.run_id) FILTER (WHERE (s.part = 2 AND s.fence <> r.fence)
+                                      OR (s.part = 1 AND s.fence IS DISTINCT FROM r.checkpoint_fence)) AS stale,
+           max(s.fence) FILTER (WHERE s.part = 2) > min(s.fence) FILTER (WHERE s.part = 1) AS resumed
     FROM runner.job_runs r
     LEFT JOIN fault.sink s ON s.job_name = r.job_name AND s.slot = r.schedule_slot
                           AND s.partition_key = r.partition_key
     WHERE r.job_name = %(job)s
-    GROUP BY r.id, r.status, r.fence
+    GROUP BY r.id, r.status, r.fence, r.checkpoint_fence
 )
-SELECT coalesce(sum(n - 1) FILTER (WHERE n > 1), 0) AS duplicate_rows,
-       count(*) FILTER (WHERE n = 0 AND status = 'succeeded') AS missing_rows,
-       count(*) FILTER (WHERE n > 0 AND status <> 'succeeded') AS rows_without_success,
+SELECT coalesce(sum(n1 - 1) FILTER (WHERE n1 > 1), 0) + coalesce(sum(n2 - 1) FILTER (WHERE n2 > 1), 0)
+           AS duplicate_rows,
+       count(*) FILTER (WHERE (n1 = 0 OR n2 = 0) AND status = 'succeeded') AS missing_rows,
+       count(*) FILTER (WHERE n2 > 0 AND status <> 'succeeded') AS rows_without_success,
        coalesce(sum(stale), 0) AS stale_rows,
+       count(*) FILTER (WHERE resumed) AS resumed_runs,
        (SELECT count(*) FROM fault.sink s
         WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r WHERE r.id = s.run_id)) AS orphan_rows
 FROM per_run
@@ -159,6 +168,7 @@ SELECT
     (SELECT count(*) FROM runner.attempts WHERE status = 'stale') AS stale_refused,
     (SELECT count(*) FROM runner.attempts WHERE status = 'abandoned') AS abandoned,
     (SELECT count(*) FROM runner.attempts WHERE status = 'released') AS released,
+    (SELECT count(*) FROM runner.attempts WHERE status = 'handed_off') AS handed_off,
     (SELECT count(*) FROM runner.attempts WHERE status IN ('failed', 'timed_out')) AS failed_attempts,
     (SELECT count(*) FROM runner.job_runs WHERE status = 'running') AS runs_left_running,
     (SELECT count(*) FROM runner.attempts WHERE status = 'running') AS attempts_left_running,

@@ -25,7 +25,8 @@
 --                    tokens, verification; by a trigger, no other status change). Every other
 --                    state transition goes through fence-checked functions that run as the
 --                    schema owner: runner.start_attempts_v1 (a new attempt, fence + 1),
---                    runner.finish_attempts_v1 (outcomes), runner.lane_budget_v1 and
+--                    runner.finish_attempts_v1 (outcomes), runner.checkpoint_v1 (a fenced
+--                    checkpoint, issue 33), runner.lane_budget_v1 and
 --                    runner.lane_spend_v1 (a lane's fleet budget, revision 0011_lanes: no
 --                    UPDATE of runner.lanes), runner.record_replay_plan_v1 and
 --                    runner.tier_backfill_v1 (the only plans a runner makes: a verified
@@ -163,8 +164,8 @@ BEGIN
         SELECT p.oid::regprocedure AS fn, p.proname
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'runner' AND p.prosecdef
-          AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'record_replay_plan_v1',
-                            'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'rerun_v1',
+          AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'checkpoint_v1', 'record_replay_plan_v1',
+                            'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'rerun_v1', 'rerun_v2',
                             'set_job_paused_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
@@ -181,7 +182,7 @@ BEGIN
             CONTINUE;
         END IF;
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
-                       CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1',
+                       CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'checkpoint_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
                                                'advance_watermarks_v1', 'advance_watermarks_v2',
                                                'prune_instances_v1', 'sync_schedule_v1', 'plan_range_v1',

@@ -620,3 +620,46 @@ def test_cover_not_covered(conn: psycopg.Connection[Any], db_url: str) -> None:
     conn.execute(body.split(marker)[0] + "$$;")
     assert {(r[0], r[4]) for r in found(conn)} == {("cover_not_covered", lost)}
     assert check_cli(db_url) == {("cover_not_covered", lost)}
+
+
+def test_checkpoint_not_owned(conn: psycopg.Connection[Any], db_url: str) -> None:
+    """A run's committed checkpoint written by a fence that had lost the run (issue 33)."""
+    sync(conn)
+    s = slots_of(conn)
+    settle(conn, skip=(s[0],))
+    run, [first] = make_run(conn, "job", s[0], status="running", attempts=(("running", "schedule"),))
+
+    def checkpoint(fence: int, state: str) -> Any:
+        return conn.execute("SELECT checkpoints FROM runner.checkpoint_v1(%s, %s, %s::jsonb, 'test')",
+                            (run, fence, state)).fetchone()
+
+    assert checkpoint(1, '{"next": 100}') == (1,)
+    # the owner's lock session died: another session takes the run over (fence 2), having
+    # read the run's checkpoint count under its row lock
+    [started] = conn.execute(
+        "SELECT outcome FROM runner.start_attempts_v1(ARRAY[%s]::bigint[], ARRAY[1]::bigint[], true,"
+        " 'host', 2, gen_random_uuid(), 21077)", (run,)).fetchall()
+    assert started == ("started",)
+    assert conn.execute("SELECT checkpoints_before FROM runner.attempts WHERE run_id = %s AND fence = 2",
+                        (run,)).fetchone() == (1,)
+    # the old owner's checkpoint is refused (nothing written), the new owner's lands
+    assert checkpoint(1, '{"next": 200}') is None
+    assert checkpoint(2, '{"next": 200}') == (2,)
+    [(landed,)] = conn.execute("SELECT recorded FROM runner.finish_attempts_v1(%s::jsonb)", (json.dumps(
+        [[run, 2, "succeeded", None, None, None, None, None, None]]),)).fetchall()
+    conn.execute("SELECT pg_advisory_unlock_all()")
+    assert landed
+    assert found(conn) == set()
+    # what a checkpoint writer without the fence check would leave: the fence-1 attempt's
+    # state committed after fence 2 had taken the run (fence 2 started from count 1)
+    conn.execute("UPDATE runner.job_runs SET checkpoint = '{\"next\": 300}', checkpoint_fence = 1,"
+                 " checkpoints = checkpoints + 1 WHERE id = %s", (run,))
+    second = conn.execute("SELECT id FROM runner.attempts WHERE run_id = %s AND fence = 2", (run,)).fetchone()
+    assert found(conn) == {("checkpoint_not_owned", "job", s[0], "", run, second[0])}  # type: ignore[index]
+    assert check_cli(db_url) == {("checkpoint_not_owned", run)}
+    # a fence the run never had, and one above the run's fence, are reported too
+    conn.execute("UPDATE runner.job_runs SET checkpoint_fence = 7 WHERE id = %s", (run,))
+    assert {r[0] for r in found(conn)} == {"checkpoint_not_owned"}
+    conn.execute("UPDATE runner.job_runs SET checkpoint_fence = 2, checkpoints = 2 WHERE id = %s", (run,))
+    assert found(conn) == set()
+    assert first

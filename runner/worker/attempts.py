@@ -87,6 +87,10 @@ class Attempts:
                 del self._active[(a.run.id, a.run.fence)]
         return overdue
 
+    def running(self) -> list[Active]:
+        with self.lock:
+            return list(self._active.values())
+
     def take_all(self) -> list[Active]:
         with self.lock:
             actives = list(self._active.values())

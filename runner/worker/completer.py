@@ -154,6 +154,10 @@ class Completer:
             self.metrics.of(self.metrics.last_success, run.job_name).set(now)
             event(log, "attempt_succeeded", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence)
+        elif status == "handed_off":
+            self.metrics.of(self.metrics.handoffs, run.job_name).inc()
+            event(log, "attempt_handed_off", job=run.job_name, slot=run.slot, partition=run.partition_key,
+                  run_id=run.id, attempt=run.attempt, fence=run.fence)
         elif status != "released":
             event(log, "attempt_failed", logging.WARNING, job=run.job_name, slot=run.slot,
                   partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence,

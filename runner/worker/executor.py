@@ -239,6 +239,7 @@ class Executor:
         else:
             ctx = JobContext(run, job, pool, self.control)
         ctx._may_finish = functools.partial(self.attempts.finishing, run)
+        ctx._on_checkpoint = self.metrics.of(self.metrics.checkpoints, run.job_name).inc
         self.attempts.add(run, ctx)
         self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
         event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
@@ -302,6 +303,13 @@ class Executor:
                 outcome.run_id, outcome.fence, outcome.status, attempt_status="timed_out",
                 error_class="runner.Timeout", error_message=reason,
                 retry_delay=outcome.retry_delay, processed=outcome.processed, failed=outcome.failed))
+
+    def hand_off_all(self) -> None:
+        """At shutdown, before the grace: every running attempt's ``ctx.stopping`` becomes
+        true; a handler that checkpoints stops at its next checkpoint and its run goes to
+        another runner at once (runner/checkpoints.py)."""
+        for active in self.attempts.running():
+            active.ctx.hand_off()
 
     def release_all(self) -> None:
         """At shutdown, after the grace: what still runs is asked to stop, and its run goes

@@ -125,6 +125,16 @@
 --                            this audit's unlisted_gap (issue 28 point 1). Rows written
 --                            before 0003 are trusted as they were (recorded_at =
 --                            valid_from). slot = the row's valid_from.
+--   checkpoint_not_owned     a run's committed checkpoint (job_runs.checkpoint_fence, issue 33)
+--                            written by a fence that did not own the run when it committed:
+--                            a checkpoint fence above the run's fence, or with no attempt of
+--                            the run, or a later attempt that took the fence before that
+--                            checkpoint was committed (attempts.checkpoints_before, the run's
+--                            count of checkpoints as the attempt took the fence, is below the
+--                            run's count: the checkpoint came after the fence moved on).
+--                            runner.checkpoint_v1 writes only at the run's fence while it runs,
+--                            under its row lock, and runner.start_attempts_v1 reads the count
+--                            under the same lock.
 --
 -- Cost: the run and attempt invariants read the ledger's runs and attempts (at or after
 -- `since`); unlisted_gap expands every expected slot since greatest(track_from, since) --
@@ -379,6 +389,23 @@ FROM (
     WHERE r.status IN ('pending', 'failed') AND r.next_attempt_at IS NULL
       AND b.status IS DISTINCT FROM 'planned' AND b.status IS DISTINCT FROM 'running'
       AND b.status IS DISTINCT FROM 'paused'
+
+    UNION ALL
+    -- a checkpoint committed by a fence that did not own the run (revision 0009_checkpoints)
+    SELECT 'checkpoint_not_owned', r.job_name, r.schedule_slot, r.partition_key, r.id, later.id,
+           jsonb_build_object('checkpoint_fence', r.checkpoint_fence, 'run_fence', r.fence,
+                              'checkpoint_at', r.checkpoint_at, 'run_checkpoints', r.checkpoints,
+                              'writer_attempt', own.id,
+                              'later_fence', later.fence,
+                              'later_checkpoints_before', later.checkpoints_before)
+    FROM runs r
+    LEFT JOIN runner.attempts own ON own.run_id = r.id AND own.fence = r.checkpoint_fence
+    LEFT JOIN LATERAL (
+        SELECT a.id, a.fence, a.checkpoints_before FROM runner.attempts a
+        WHERE a.run_id = r.id AND a.fence > r.checkpoint_fence AND a.checkpoints_before < r.checkpoints
+        ORDER BY a.fence LIMIT 1) AS later ON true
+    WHERE r.checkpoint_fence IS NOT NULL
+      AND (r.checkpoint_fence > r.fence OR own.id IS NULL OR later.id IS NOT NULL)
 
     UNION ALL
     -- a confirmed effect key recorded again after its run was pruned: the key is kept in

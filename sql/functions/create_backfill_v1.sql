@@ -21,7 +21,9 @@
 -- starts them): a missing run is inserted pending; a failed, dead, skipped, coalesced,
 -- awaiting-approval or cancelled run (a succeeded one with force) becomes pending again;
 -- running and pending runs and runs of another unfinished plan are left alone. Never a
--- second run for a slot x partition.
+-- second run for a slot x partition. A run queued again starts from scratch: its checkpoint
+-- state is cleared (revision 0009_checkpoints; its count of checkpoints stays), so its next
+-- attempt's ctx.resume is None (`runner rerun --resume` is the way to continue one).
 --
 -- Returns the plan's id, the request's id, how many runs were inserted, and the runs queued
 -- again (a JSON array of {id, schedule_slot, partition_key, before_status, before_trigger,
@@ -127,6 +129,9 @@ BEGIN
             failed_count = 0,
             coalesced_into_slot = NULL,
             status_reason = run_reason,
+            -- from scratch (revision 0009_checkpoints): the next attempt's ctx.resume is None
+            checkpoint = NULL, checkpoint_at = NULL, checkpoint_fence = NULL,
+            checkpoint_bytes = NULL, checkpoint_summary = NULL,
             updated_at = clock
         FROM target t
         WHERE r.id = t.id AND r.status = t.status

@@ -6,7 +6,8 @@
 -- whether it landed. Run outcomes: succeeded, failed (a retry at now + retry_delay), dead,
 -- and released (the owner gave the run back: pending again, and the attempt does not count
 -- against max_attempts). The attempt's own status defaults to the run outcome (timed_out and
--- released are attempt statuses).
+-- released are attempt statuses; handed_off too, issue 33: a released run whose handler
+-- stopped at a committed checkpoint when its runner shut down, runner/checkpoints.py).
 -- A release (revision 0024_sessions) is due again after its retry delay (none: at once) and
 -- makes the run's trigger recovery, except a release with error class runner.LockBusy (the
 -- run's key was still held by another registered runner session for a moment, runner/loop.py
@@ -30,7 +31,7 @@
 -- search_path) so that the worker role needs no UPDATE of a run's status, trigger, counts of
 -- attempts or timestamps, nor of an attempt's status: column grants cannot say "only a
 -- running run, only at its fence", this function does. Outcomes that are not one of the four
--- above (and attempt statuses other than those and timed_out) are refused. EXECUTE is revoked from PUBLIC; sql/roles.sql grants it to the worker.
+-- above (and attempt statuses other than those, timed_out and handed_off) are refused. EXECUTE is revoked from PUBLIC; sql/roles.sql grants it to the worker.
 -- PL/pgSQL rather than SQL so that the statement's plan is kept for the session, as the
 -- prepared statement it replaces was.
 -- Planner settings (revision 0019_wide): no sequential scan, no hash or merge join, inside
@@ -54,7 +55,7 @@ AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(outcomes) AS e
                WHERE coalesce(e ->> 2, '') NOT IN ('succeeded', 'failed', 'dead', 'released')
-                  OR e ->> 3 NOT IN ('succeeded', 'failed', 'dead', 'timed_out', 'released')) THEN
+                  OR e ->> 3 NOT IN ('succeeded', 'failed', 'dead', 'timed_out', 'released', 'handed_off')) THEN
         RAISE EXCEPTION 'runner.finish_attempts_v1: an outcome is succeeded, failed, dead or released'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -16,72 +16,18 @@
 -- operator's claim (--by); db_user is session_user, the login that called, which the caller
 -- cannot choose. A refusal is raised as P0001 (raise_exception) with a one-line message.
 -- EXECUTE is revoked from PUBLIC; sql/roles.sql grants it to the operator role.
+--
+-- Since revision 0009_checkpoints it is runner.rerun_v2 without `resume` (kept for the
+-- clients that call it): a rerun from scratch, the run's checkpoint state cleared.
 CREATE OR REPLACE FUNCTION runner.rerun_v1(
     run_id bigint, seen_status text, seen_fence bigint, force boolean, who text, reason text,
     as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (request_id bigint, id bigint, status text, trigger text, attempt integer,
                fence bigint, uncounted_attempts integer, next_attempt_at timestamptz)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_variable
-DECLARE
-    clock constant timestamptz := coalesce(as_of, now());
-    r runner.job_runs%ROWTYPE;
-    req bigint;
-BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
-    SELECT * INTO r FROM runner.job_runs j WHERE j.id = run_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'run % no longer exists; nothing written', run_id;
-    END IF;
-    IF r.status IS DISTINCT FROM seen_status OR r.fence IS DISTINCT FROM seen_fence THEN
-        RAISE EXCEPTION 'run % changed since it was shown (now %, fence %); nothing written: run the command again',
-            r.id, r.status, r.fence;
-    END IF;
-    IF r.status = 'running' THEN
-        RAISE EXCEPTION 'run % is running (attempt %, fence %): a run in flight cannot be rerun; nothing written',
-            r.id, r.attempt, r.fence;
-    ELSIF r.status = 'pending' THEN
-        RAISE EXCEPTION 'run % is already pending (its next attempt is due at %); nothing written',
-            r.id, coalesce(to_jsonb(r.next_attempt_at) #>> '{}', 'once approved');
-    ELSIF r.status IN ('succeeded', 'coalesced') AND NOT coalesce(force, false) THEN
-        RAISE EXCEPTION 'run % already %: pass --force to run it again; nothing written', r.id, r.status;
-    END IF;
-
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('rerun', r.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
-        'runs', jsonb_build_array(jsonb_build_object(
-            'run_id', r.id,
-            'slot', r.schedule_slot,
-            'partition_key', r.partition_key,
-            'before', jsonb_build_object(
-                'status', r.status, 'trigger', r.trigger, 'attempt', r.attempt, 'fence', r.fence,
-                'uncounted_attempts', r.uncounted_attempts, 'processed_count', r.processed_count,
-                'failed_count', r.failed_count, 'last_error', r.last_error),
-            'after', jsonb_build_object(
-                'status', 'pending', 'trigger', 'manual', 'uncounted_attempts', r.attempt))),
-        'force', coalesce(force, false)))
-    RETURNING q.id INTO req;
-
-    RETURN QUERY
-    UPDATE runner.job_runs j
-    SET status = 'pending',
-        trigger = 'manual',
-        lane = 'correction',
-        next_attempt_at = clock,
-        uncounted_attempts = j.attempt,
-        finished_at = NULL,
-        processed_count = 0,
-        failed_count = 0,
-        status_reason = left(format('manual rerun (request %s): %s', req, btrim(reason)), 1000),
-        updated_at = clock
-    WHERE j.id = r.id
-    RETURNING req, j.id, j.status, j.trigger, j.attempt, j.fence, j.uncounted_attempts,
-              j.next_attempt_at;
-END
+SELECT * FROM runner.rerun_v2(run_id, seen_status, seen_fence, force, who, reason, as_of, false)
 $$;
 REVOKE ALL ON FUNCTION runner.rerun_v1(bigint, text, bigint, boolean, text, text, timestamptz) FROM PUBLIC;

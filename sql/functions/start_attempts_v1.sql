@@ -24,6 +24,8 @@
 -- taken on this session (locked = false when another session holds the key: the caller
 -- records that attempt as failed, and it counts).
 --
+-- The new attempt row records the run's checkpoint count as it took the fence
+-- (checkpoints_before, revision 0009_checkpoints): runner check's checkpoint_not_owned.
 -- Returns one row per run it changed: outcome 'started' (with the run's new attempt) or
 -- 'dead' (no attempt started; for recovery = true this session holds the run's lock and
 -- must release it). Runs that no longer match what the caller saw are left alone.
@@ -86,7 +88,7 @@ WITH clock AS (
     WHERE r.id = b.id AND b.counted < b.max_attempts
     RETURNING r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date,
               r.window_start, r.window_end, r.trigger, r.attempt, r.fence, r.idempotency_key,
-              r.uncounted_attempts, r.started_at
+              r.uncounted_attempts, r.started_at, r.checkpoints
 ), exhausted AS (
     UPDATE runner.job_runs r
     SET status = 'dead',
@@ -115,9 +117,10 @@ WITH clock AS (
 ), attempt AS (
     INSERT INTO runner.attempts (
         run_id, attempt, fence, trigger, owner_host, owner_pid, owner_instance, lock_key,
-        owner_backend_pid, started_at, heartbeat_at)
+        owner_backend_pid, started_at, heartbeat_at, checkpoints_before)
     SELECT s.id, s.attempt, s.fence, s.trigger, owner_host, owner_pid, owner_instance,
-           runner.lock_key_v1(namespace, s.id), pg_backend_pid(), s.started_at, s.started_at
+           runner.lock_key_v1(namespace, s.id), pg_backend_pid(), s.started_at, s.started_at,
+           s.checkpoints
     FROM started s
 )
 SELECT s.id, s.job_name, s.schedule_slot, s.partition_key, s.business_date, s.window_start,

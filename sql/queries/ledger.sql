@@ -409,3 +409,13 @@ WHERE f.job_name = %(job_name)s AND f.schedule_slot = %(slot)s AND NOT EXISTS (S
 -- name: fanout_of
 SELECT partitions, error FROM runner.slot_fanouts
 WHERE job_name = %(job_name)s AND schedule_slot = %(slot)s
+
+-- name: checkpoint
+-- A fenced checkpoint in the handler's ctx.db transaction (runner/checkpoints.py): no row
+-- means the attempt no longer holds its run's fence.
+SELECT checkpoints FROM runner.checkpoint_v1(%(run_id)s, %(fence)s, %(state)s::jsonb,
+                                             %(summary)s, %(max_bytes)s)
+
+-- name: run_checkpoint
+-- The state a new attempt resumes from (ctx.resume): the run's last committed checkpoint.
+SELECT checkpoint FROM runner.job_runs WHERE id = %(run_id)s

@@ -48,7 +48,9 @@ SELECT EXISTS (
 SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status,
        r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.next_attempt_at, r.started_at,
        r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason,
-       coalesce(j.paused, false) AS job_paused
+       coalesce(j.paused, false) AS job_paused,
+       -- its last checkpoint (issue 33): a rerun clears it unless asked to resume from it
+       r.checkpoint_at, r.checkpoint_fence, r.checkpoint_bytes, r.checkpoint_summary
 FROM runner.job_runs r
 LEFT JOIN runner.jobs j ON j.job_name = r.job_name
 WHERE r.job_name = %(job_name)s AND r.schedule_slot = %(slot)s
@@ -80,13 +82,13 @@ ORDER BY e.id
 
 -- name: rerun
 -- Queue the run for a new attempt now, triggered 'manual', with its request row:
--- runner.rerun_v1 (sql/functions/rerun_v1.sql) checks, under the run's row lock, that it is
+-- runner.rerun_v2 (sql/functions/rerun_v2.sql) checks, under the run's row lock, that it is
 -- still as the operator was shown (status and fence) and may be rerun. The attempts it had
 -- so far stop counting against max_attempts, so even a dead run gets a full budget again.
 SELECT f.request_id, f.id, f.status, f.trigger, f.attempt, f.fence, f.uncounted_attempts,
        f.next_attempt_at
-FROM runner.rerun_v1(%(run_id)s, %(seen_status)s, %(seen_fence)s, %(force)s, %(who)s, %(reason)s,
-                     %(now)s::timestamptz) AS f
+FROM runner.rerun_v2(%(run_id)s, %(seen_status)s, %(seen_fence)s, %(force)s, %(who)s, %(reason)s,
+                     %(now)s::timestamptz, %(resume)s) AS f
 
 -- name: job_state
 SELECT j.job_name, j.paused, j.options ->> 'owner' AS owner,

@@ -57,7 +57,11 @@ WHERE r.job_name = %(job_name)s AND r.status = 'awaiting_approval'
 SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.window_start,
        r.window_end, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts,
        r.idempotency_key, r.replay_group_id, r.scheduled_at, r.next_attempt_at, r.started_at,
-       r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason
+       r.finished_at, r.processed_count, r.failed_count, r.last_error, r.status_reason,
+       -- the last checkpoint (issue 33): when, by which fence, its size, its summary, and the
+       -- start of its state (at most 64 KiB; the page shows 500 characters)
+       r.checkpoints, r.checkpoint_at, r.checkpoint_fence, r.checkpoint_bytes, r.checkpoint_summary,
+       left(r.checkpoint::text, 500) AS checkpoint_head
 FROM runner.job_runs r
 WHERE r.id = %(run_id)s
 

@@ -8,7 +8,8 @@ processes. One app file serves every step: it reads a small JSON control file
   not defined: it was removed from the code, for a retirement);
 * live, at every call: the dynamic job's partition list (``partitions=`` is a callable of the
   slot; ``"raise"`` makes it fail), and each job's handler behaviour (``ok``, ``raise``, ``permanent``, ``slow`` with
-  its seconds), plus a number of one-shot crashes (``os._exit``: the handler kills its process,
+  its seconds: ticks of 0.1 s with a checkpoint every fifth, resumed from ``ctx.resume`` and
+  handed off at a runner's SIGTERM), plus a number of one-shot crashes (``os._exit``: the handler kills its process,
   its other runs with it) taken by whichever handler of that job comes first.
 
 Every execution is noted in ``model.executions`` (autocommit, outside the ledger): ``began``
@@ -114,10 +115,15 @@ def work(job: str, ctx: JobContext) -> None:
     if mode == "permanent":
         raise Permanent("model: permanent failure")
     if mode == "slow":
-        deadline = time.monotonic() + float(behaviour.get("seconds", 2.0))
-        while time.monotonic() < deadline:
+        # ticks of 0.1 s, a checkpoint every fifth (issue 33): a later attempt resumes after the
+        # last one committed, and a runner's shutdown hands the run off at the next one
+        ticks = round(float(behaviour.get("seconds", 2.0)) / 0.1)
+        for tick in range((ctx.resume or {}).get("ticks", 0), ticks):
             time.sleep(0.1)  # the handler's own work (simulated)
-            ctx.heartbeat()  # a stale owner stops here
+            if tick % 5 == 4:
+                ctx.checkpoint({"ticks": tick + 1}, summary=f"{tick + 1} of {ticks} ticks")
+            else:
+                ctx.heartbeat()  # a stale owner stops here
     note(job, ctx, "returned", mode)
 
 

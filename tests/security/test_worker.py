@@ -30,6 +30,9 @@ FORBIDDEN = {
     "run_next_attempt": "UPDATE runner.job_runs SET next_attempt_at = now() WHERE id = {dead}",
     "attempt_fence": "UPDATE runner.attempts SET fence = fence + 1",
     "attempt_finished": "UPDATE runner.attempts SET finished_at = now()",
+    # a run's checkpoint only through runner.checkpoint_v1, at the run's fence (issue 33)
+    "run_checkpoint": "UPDATE runner.job_runs SET checkpoint = '{{}}', checkpoint_fence = fence",
+    "attempt_checkpoints_before": "UPDATE runner.attempts SET checkpoints_before = 0",
     "forge_a_hole": "INSERT INTO runner.gap_holes (job_name, schedule_slot, whole_slot, partition_key)"
                     " VALUES ('hello', now(), false, '')",
     "drop_holes": "DELETE FROM runner.gap_holes",
