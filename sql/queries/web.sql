@@ -109,3 +109,41 @@ LIMIT %(limit)s
 SELECT a.job_name, count(*) AS alerts
 FROM runner.alerts a
 GROUP BY a.job_name
+
+-- name: runs
+-- The Runs page: runs newest slot first, keyset paged on (schedule_slot, id) (the cursor is
+-- the last row shown), narrowed by the filters reads.runs composes into {where} (each a
+-- parameter; a status, trigger or lane only from fixed lists). Served by the business key
+-- with a job, else by job_runs_slot_order, or job_runs_attention_order when the statuses asked
+-- are all ones needing attention (schema step 0011_runs).
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status, r.trigger,
+       r.lane, r.attempt, r.started_at, r.finished_at, r.last_error
+FROM runner.job_runs r
+WHERE {where}
+ORDER BY r.schedule_slot DESC, r.id DESC
+LIMIT %(limit)s
+
+-- name: job_definition
+-- The job's definition as the ledger holds it (runner.jobs, written by the runners' sync):
+-- schedule, zone, partitions, max attempts and the options (misfire policy and tiers, overlap,
+-- timeout, lane, owner, stale_after ...); its schedule in words.
+SELECT j.job_name, j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
+       j.dynamic_partitions, j.max_attempts, j.version, j.options, j.paused, j.track_from,
+       j.first_registered_at, j.synced_at, j.retired_at, j.in_code_at,
+       runner.schedule_label_v1(j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
+                                j.dynamic_partitions) AS schedule_label
+FROM runner.jobs j
+WHERE j.job_name = %(job_name)s
+
+-- name: next_slots
+-- The job's next slots after now, from its definition in the ledger (runner.schedule_slots_v1,
+-- the gap scan's own expansion), within a horizon the caller widens when it finds too few.
+SELECT s.slot
+FROM runner.jobs j
+CROSS JOIN LATERAL runner.schedule_slots_v1(j.schedule_kind, j.cron, j.every_interval, j.timezone,
+                                             now(), now() + CASE WHEN j.schedule_kind = 'every'
+                                                 THEN j.every_interval * %(limit)s
+                                                 ELSE %(horizon)s::interval END) AS s(slot)
+WHERE j.job_name = %(job_name)s
+ORDER BY s.slot
+LIMIT %(limit)s

@@ -33,6 +33,7 @@ from tests.web.conftest import (
 )
 
 CHROMIUM = Path("/usr/bin/chromium")
+CONSOLE_JS = "/static/console.js"  # the pages' one script
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -110,7 +111,8 @@ def test_pages_and_a_rerun_in_a_real_browser(ledger: Ledger, web: str, browser: 
         page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
         # hostile strings stayed text: no element was made of them
         assert page.locator("img").count() == 0 and page.locator("iframe").count() == 0, path
-        assert page.locator("script").count() == 0, path
+        assert page.locator("script").count() == 1, path  # the console's own file, none other
+        assert page.locator(f"script[src='{CONSOLE_JS}']").count() == 1, path
     # the verification kinds: a table, a row each, the hostile detail shown as text
     page.goto(web + f"/backfills/{ids['verified']}")
     assert page.locator("#verification tbody tr").count() == 2
@@ -177,7 +179,7 @@ def _login(page: Any, web: str, token: str = OPERATOR_TOKEN) -> list[str]:
 
 def _no_markup_made(page: Any) -> None:
     assert page.locator("img").count() == 0 and page.locator("iframe").count() == 0
-    assert page.locator("script").count() == 0
+    assert page.locator("script").count() == 1 and page.locator(f"script[src='{CONSOLE_JS}']").count() == 1
 
 
 def test_retire_and_unretire_from_the_job_page(ledger: Ledger, web: str, browser: Any, tmp_path: Path) -> None:
