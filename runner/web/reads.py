@@ -46,6 +46,7 @@ ATTENTION = ("pending", "running", "failed", "dead", "awaiting_approval")
 TRIGGERS = ("schedule", "catch_up", "retry", "recovery", "manual", "backfill")
 MAX_SEARCH = 200  # characters of a search or a text filter
 NEXT_SLOTS = 5
+RUNS_SCAN = 10_000  # runs a Runs page looks at for the filters no index serves (reads.runs)
 JOB_SORTS = ("health", "job_name", "owner", "last_success_at", "lag", "missing", "alerts", "next_slot")
 
 
@@ -319,48 +320,75 @@ def parse_cursor(value: str | None) -> tuple[datetime, int] | None:
 
 
 def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[datetime, int] | None = None,
-         limit: int = 100) -> dict[str, Any]:
+         limit: int = 100, scan: int = RUNS_SCAN) -> dict[str, Any]:
     """The Runs page: runs of every job (or of the filters), newest slot first, ``limit`` a
     page, keyset paged: ``after`` is the (slot, id) of the last run of the previous page, so
-    a page costs the same at the ledger's end as at its start (no OFFSET). Each filter is a
-    parameter; the statement is planned for the values at hand (never a generic plan: a
-    status filter must match the partial index of schema step 0011_runs)."""
-    clauses: list[sql.Composable] = [sql.SQL("true")]
-    params: dict[str, Any] = {"limit": limit + 1}
+    a page costs the same at the ledger's end as at its start (no OFFSET).
+
+    Some filters narrow an index (schema step 0011_runs): the job (with its partition: the
+    runs' business key), the statuses when all need attention (pending, running, failed, dead,
+    awaiting approval: a partial index), the slot range and the cursor. The others (trigger,
+    lane, a partition of any job, a status such as skipped) are checked on the runs those
+    indexes give, and a page looks at no more than ``scan`` of them: where matches are rare,
+    a page holds fewer than ``limit`` runs, says how far back it looked (``looked_back_to``),
+    and its "older" cursor goes on from there. So no page reads the whole ledger, at 30M runs
+    as at 3M (scripts/bench/web_latency.py, scripts/bench/RESULTS.md).
+
+    Each filter is a parameter (a status or trigger a fixed word, checked, as a literal: the
+    planner must see it to match the partial index); the statement is planned for the values
+    at hand, never prepared as a generic plan."""
+    indexed: list[sql.Composable] = [sql.SQL("true")]
+    residual: list[sql.Composable] = []
+    params: dict[str, Any] = {"limit": limit + 1, "scan": scan}
     if filters.job is not None:
-        clauses.append(sql.SQL("r.job_name = %(job)s"))
+        indexed.append(sql.SQL("r.job_name = %(job)s"))
         params["job"] = filters.job
     if filters.partition is not None:
-        clauses.append(sql.SQL("r.partition_key = %(partition)s"))
+        (indexed if filters.job is not None else residual).append(sql.SQL("r.partition_key = %(partition)s"))
         params["partition"] = filters.partition
     if filters.statuses:
-        # fixed words (checked above) as literals: the planner sees them, and matches the
-        # partial index of the runs needing attention when they are all such statuses
-        clauses.append(sql.SQL("r.status IN ({})").format(
-            sql.SQL(", ").join(sql.Literal(s) for s in filters.statuses)))
+        words = sql.SQL("r.status IN ({})").format(sql.SQL(", ").join(sql.Literal(s) for s in filters.statuses))
+        (indexed if all(s in ATTENTION for s in filters.statuses) else residual).append(words)
     if filters.trigger is not None:
-        clauses.append(sql.SQL("r.trigger = {}").format(sql.Literal(filters.trigger)))
+        residual.append(sql.SQL("r.trigger = {}").format(sql.Literal(filters.trigger)))
     if filters.lane is not None:
-        clauses.append(sql.SQL("r.lane = %(lane)s"))
+        residual.append(sql.SQL("r.lane = %(lane)s"))
         params["lane"] = filters.lane
     if filters.since is not None:
-        clauses.append(sql.SQL("r.schedule_slot >= %(since)s"))
+        indexed.append(sql.SQL("r.schedule_slot >= %(since)s"))
         params["since"] = filters.since
     if filters.until is not None:
-        clauses.append(sql.SQL("r.schedule_slot < %(until)s"))
+        indexed.append(sql.SQL("r.schedule_slot < %(until)s"))
         params["until"] = filters.until
     if after is not None:
-        clauses.append(sql.SQL("(r.schedule_slot, r.id) < (%(after_slot)s, %(after_id)s)"))
+        indexed.append(sql.SQL("(r.schedule_slot, r.id) < (%(after_slot)s, %(after_id)s)"))
         params["after_slot"], params["after_id"] = after
-    statement = sql.SQL(Q["runs"]).format(where=sql.SQL(" AND ").join(clauses))  # type: ignore[arg-type]
+    where = sql.SQL(" AND ").join(indexed)
+    if residual:
+        statement = sql.SQL(Q["runs_bounded"]).format(  # type: ignore[arg-type]
+            where=where, residual=sql.SQL(" AND ").join(residual))
+    else:
+        statement = sql.SQL(Q["runs"]).format(where=where)  # type: ignore[arg-type]
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(statement, params, prepare=False)
         rows = cur.fetchall()
+        edge = None
+        if residual and len(rows) <= limit:
+            cur.execute(sql.SQL(Q["runs_looked"]).format(where=where), params, prepare=False)  # type: ignore[arg-type]
+            looked = cur.fetchone()
+            if looked is not None and looked["looked"] >= scan:
+                edge = looked
     more = len(rows) > limit
     rows = rows[:limit]
-    return {"runs": rows, "limit": limit, "filters": filters.as_dict(),
-            "next": cursor_text(rows[-1]["schedule_slot"], rows[-1]["id"]) if more and rows else None,
-            "first_page": after is None}
+    following = None
+    if more and rows:
+        following = cursor_text(rows[-1]["schedule_slot"], rows[-1]["id"])
+    elif edge is not None:
+        following = cursor_text(edge["schedule_slot"], edge["id"])
+    return {"runs": rows, "limit": limit, "filters": filters.as_dict(), "next": following,
+            "first_page": after is None, "scanned": bool(residual),
+            "looked_back_to": edge["schedule_slot"] if edge is not None else None,
+            "looked": scan if edge is not None else None}
 
 
 def run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:

@@ -123,6 +123,31 @@ WHERE {where}
 ORDER BY r.schedule_slot DESC, r.id DESC
 LIMIT %(limit)s
 
+-- name: runs_bounded
+-- The Runs page with filters no index serves ({residual}: trigger, lane, a partition of any
+-- job, statuses not all needing attention): checked on at most %(scan)s runs of the indexed
+-- order ({where}), read lazily (the page stops reading once it has its runs).
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status, r.trigger,
+       r.lane, r.attempt, r.started_at, r.finished_at, r.last_error
+FROM (SELECT r.* FROM runner.job_runs r
+      WHERE {where}
+      ORDER BY r.schedule_slot DESC, r.id DESC
+      LIMIT %(scan)s) r
+WHERE {residual}
+ORDER BY r.schedule_slot DESC, r.id DESC
+LIMIT %(limit)s
+
+-- name: runs_looked
+-- When a bounded page came out short: how many runs it looked at, and the oldest of them
+-- (where the next page goes on from when that was all %(scan)s).
+SELECT l.schedule_slot, l.id, count(*) OVER () AS looked
+FROM (SELECT r.schedule_slot, r.id FROM runner.job_runs r
+      WHERE {where}
+      ORDER BY r.schedule_slot DESC, r.id DESC
+      LIMIT %(scan)s) l
+ORDER BY l.schedule_slot, l.id
+LIMIT 1
+
 -- name: job_definition
 -- The job's definition as the ledger holds it (runner.jobs, written by the runners' sync):
 -- schedule, zone, partitions, max attempts and the options (misfire policy and tiers, overlap,
