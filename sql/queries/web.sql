@@ -31,9 +31,12 @@ WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz
 
 -- name: job_missing
 -- The job's expected slots in the window that no run accounts for and that have no run at
--- all (the gap scan's never_started and fanout_failed), newest first.
+-- all (the gap scan's never_started and fanout_failed), newest first. The scan is judged as of
+-- a day after the window's end (now at the latest): an older window, paged back to, costs its
+-- 7 days and not every slot from it up to now.
 SELECT m.schedule_slot, m.partition_key, m.state, m.last_error
-FROM runner.missing_slots_v1(now(), %(job_name)s::text, %(since)s::timestamptz) m
+FROM runner.missing_slots_v1(least(now(), %(until)s::timestamptz + interval '1 day'), %(job_name)s::text,
+                             %(since)s::timestamptz) m
 WHERE m.state IN ('never_started', 'fanout_failed') AND m.schedule_slot <= %(until)s
 ORDER BY m.schedule_slot DESC
 LIMIT %(limit)s
