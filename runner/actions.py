@@ -352,7 +352,8 @@ register(Action(
     "rerun_many", "Rerun failed or dead runs in bulk", "rerun-many",
     (Param("job", "text", help="the job's name (or give plan_id)"),
      FROM, TO, PARTITION,
-     Param("statuses", "list", help="failed and/or dead (default: dead)", option="--status", default=("dead",)),
+     Param("statuses", "list", help="failed and/or dead (default: dead)", option="--status",
+           default=("dead",)),
      Param("plan_id", "int", help="only the runs of this backfill plan", option="--backfill", low=1),
      Param("seen_runs", "list", help="the run ids as shown (refused if the selection changed)")),
     _many_plan, _many_shown, _many_act))

@@ -716,12 +716,14 @@ def rerun(
 def rerun_many(
     reason: ReasonOpt,
     job: Annotated[str | None, typer.Argument(help="the job's name (optional with --backfill)")] = None,
-    range_from: Annotated[str | None, typer.Option("--from", help="slots at or after (ISO 8601 with offset)")] = None,
+    range_from: Annotated[str | None, typer.Option(
+        "--from", help="slots at or after (ISO 8601 with offset)")] = None,
     range_to: Annotated[str | None, typer.Option("--to", help="slots before (ISO 8601 with offset)")] = None,
     partition: Annotated[str | None, typer.Option("--partition", help="only this partition key")] = None,
     status: Annotated[list[str] | None, typer.Option(
         "--status", help="failed and/or dead (repeatable; default: dead)")] = None,
-    plan_id: Annotated[int | None, typer.Option("--backfill", help="only the runs of this backfill plan")] = None,
+    plan_id: Annotated[int | None, typer.Option(
+        "--backfill", help="only the runs of this backfill plan")] = None,
     by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False, database_url: DbOpt = None,
 ) -> None:
     """Rerun every failed or dead run of a job in a range of slots, or of a backfill: shows

@@ -116,7 +116,8 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
     if len(needle) > MAX_SEARCH:
         raise ValueError(f"search is longer than {MAX_SEARCH} characters")
     for job in report.jobs:
-        if needle and needle not in job["job_name"].casefold() and needle not in str(job.get("owner") or "").casefold():
+        owner = str(job.get("owner") or "").casefold()
+        if needle and needle not in job["job_name"].casefold() and needle not in owner:
             continue
         row = {**job, "alerts": per_job.get(job["job_name"], 0)}
         row["health"] = _health_rank(row)
@@ -229,7 +230,9 @@ def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str,
 
 
 def _seconds(value: Any) -> timedelta | None:
-    return timedelta(seconds=value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    return None
 
 
 def definition(conn: psycopg.Connection[Any], job_name: str) -> dict[str, Any] | None:
@@ -242,7 +245,8 @@ def definition(conn: psycopg.Connection[Any], job_name: str) -> dict[str, Any] |
     if not found:
         return None
     row = found[0]
-    options = row.get("options") if isinstance(row.get("options"), dict) else {}
+    stored = row.get("options")
+    options: dict[str, Any] = stored if isinstance(stored, dict) else {}
     slots: list[datetime] = []
     for horizon in ("2 days", "400 days"):
         slots = [r["slot"] for r in ledger.dict_rows(conn, Q["next_slots"], {
@@ -347,7 +351,8 @@ def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[dateti
         (indexed if filters.job is not None else residual).append(sql.SQL("r.partition_key = %(partition)s"))
         params["partition"] = filters.partition
     if filters.statuses:
-        words = sql.SQL("r.status IN ({})").format(sql.SQL(", ").join(sql.Literal(s) for s in filters.statuses))
+        words = sql.SQL("r.status IN ({})").format(
+            sql.SQL(", ").join(sql.Literal(s) for s in filters.statuses))
         (indexed if all(s in ATTENTION for s in filters.statuses) else residual).append(words)
     if filters.trigger is not None:
         residual.append(sql.SQL("r.trigger = {}").format(sql.Literal(filters.trigger)))
@@ -365,16 +370,16 @@ def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[dateti
         params["after_slot"], params["after_id"] = after
     where = sql.SQL(" AND ").join(indexed)
     if residual:
-        statement = sql.SQL(Q["runs_bounded"]).format(  # type: ignore[arg-type]
+        statement = sql.SQL(Q["runs_bounded"]).format(
             where=where, residual=sql.SQL(" AND ").join(residual))
     else:
-        statement = sql.SQL(Q["runs"]).format(where=where)  # type: ignore[arg-type]
+        statement = sql.SQL(Q["runs"]).format(where=where)
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(statement, params, prepare=False)
         rows = cur.fetchall()
         edge = None
         if residual and len(rows) <= limit:
-            cur.execute(sql.SQL(Q["runs_looked"]).format(where=where), params, prepare=False)  # type: ignore[arg-type]
+            cur.execute(sql.SQL(Q["runs_looked"]).format(where=where), params, prepare=False)
             looked = cur.fetchone()
             if looked is not None and looked["looked"] >= scan:
                 edge = looked
@@ -502,7 +507,8 @@ def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
     data["done_per_second"] = _rate(progress.plan, progress.done, now)
     data["verification"] = verification(data.get("verify_detail"))
     data["paused_because"] = pause_cause(progress.plan)
-    data["failures"] = sum(n for st, n in (data.get("runs_by_status") or {}).items() if st in ("failed", "dead"))
+    by_status = data.get("runs_by_status") or {}
+    data["failures"] = sum(n for st, n in by_status.items() if st in ("failed", "dead"))
     return data
 
 

@@ -20,6 +20,7 @@ from runner.web import auth
 from runner.web.app import WebConfig, create_app, prepare
 from tests.support import scalar
 from tests.web.conftest import (
+    CONSOLE_SCRIPT,
     HOSTILE_ERROR,
     HOSTILE_JOB,
     HOSTILE_OWNER,
@@ -27,7 +28,6 @@ from tests.web.conftest import (
     HOSTILE_REASON,
     HOSTILES,
     OPERATOR_TOKEN,
-    CONSOLE_SCRIPT,
     VIEWER_TOKEN,
     Ledger,
     requests_rows,

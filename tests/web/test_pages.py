@@ -27,7 +27,7 @@ from tests.web.conftest import (
     requests_rows,
     without_console_script,
 )
-from tests.web.test_api import OP, VIEW, console, csrf_of, login
+from tests.web.test_api import OP, VIEW, console, login
 
 BULK_JOB = "bulk <i>job</i>"
 
