@@ -323,24 +323,11 @@ def parse_cursor(value: str | None) -> tuple[datetime, int] | None:
     return slot, int(found.group(2))
 
 
-def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[datetime, int] | None = None,
-         limit: int = 100, scan: int = RUNS_SCAN) -> dict[str, Any]:
-    """The Runs page: runs of every job (or of the filters), newest slot first, ``limit`` a
-    page, keyset paged: ``after`` is the (slot, id) of the last run of the previous page, so
-    a page costs the same at the ledger's end as at its start (no OFFSET).
-
-    Some filters narrow an index (schema step 0011_runs): the job (with its partition: the
-    runs' business key), the statuses when all need attention (pending, running, failed, dead,
-    awaiting approval: a partial index), the slot range and the cursor. The others (trigger,
-    lane, a partition of any job, a status such as skipped) are checked on the runs those
-    indexes give, and a page looks at no more than ``scan`` of them: where matches are rare,
-    a page holds fewer than ``limit`` runs, says how far back it looked (``looked_back_to``),
-    and its "older" cursor goes on from there. So no page reads the whole ledger, at 30M runs
-    as at 3M (scripts/bench/web_latency.py, scripts/bench/RESULTS.md).
-
-    Each filter is a parameter (a status or trigger a fixed word, checked, as a literal: the
-    planner must see it to match the partial index); the statement is planned for the values
-    at hand, never prepared as a generic plan."""
+def runs_statements(filters: RunFilters, after: tuple[datetime, int] | None, limit: int,
+                    scan: int = RUNS_SCAN) -> tuple[sql.Composed, sql.Composed | None, dict[str, Any]]:
+    """The Runs page's statement for these filters, and when some filter is one no index
+    serves, the statement that tells how far a short page looked (reads.runs); their
+    parameters. Separate so that tests/web/test_pages.py can EXPLAIN each."""
     indexed: list[sql.Composable] = [sql.SQL("true")]
     residual: list[sql.Composable] = []
     params: dict[str, Any] = {"limit": limit + 1, "scan": scan}
@@ -370,16 +357,36 @@ def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[dateti
         params["after_slot"], params["after_id"] = after
     where = sql.SQL(" AND ").join(indexed)
     if residual:
-        statement = sql.SQL(Q["runs_bounded"]).format(
-            where=where, residual=sql.SQL(" AND ").join(residual))
-    else:
-        statement = sql.SQL(Q["runs"]).format(where=where)
+        return (sql.SQL(Q["runs_bounded"]).format(where=where, residual=sql.SQL(" AND ").join(residual)),
+                sql.SQL(Q["runs_looked"]).format(where=where), params)
+    return sql.SQL(Q["runs"]).format(where=where), None, params
+
+
+def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[datetime, int] | None = None,
+         limit: int = 100, scan: int = RUNS_SCAN) -> dict[str, Any]:
+    """The Runs page: runs of every job (or of the filters), newest slot first, ``limit`` a
+    page, keyset paged: ``after`` is the (slot, id) of the last run of the previous page, so
+    a page costs the same at the ledger's end as at its start (no OFFSET).
+
+    Some filters narrow an index (schema step 0011_runs): the job (with its partition: the
+    runs' business key), the statuses when all need attention (pending, running, failed, dead,
+    awaiting approval: a partial index), the slot range and the cursor. The others (trigger,
+    lane, a partition of any job, a status such as skipped) are checked on the runs those
+    indexes give, and a page looks at no more than ``scan`` of them: where matches are rare,
+    a page holds fewer than ``limit`` runs, says how far back it looked (``looked_back_to``),
+    and its "older" cursor goes on from there. So no page reads the whole ledger, at 30M runs
+    as at 3M (scripts/bench/web_latency.py, scripts/bench/RESULTS.md).
+
+    Each filter is a parameter (a status or trigger a fixed word, checked, as a literal: the
+    planner must see it to match the partial index); the statement is planned for the values
+    at hand, never prepared as a generic plan."""
+    statement, looked_statement, params = runs_statements(filters, after, limit, scan)
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(statement, params, prepare=False)
         rows = cur.fetchall()
         edge = None
-        if residual and len(rows) <= limit:
-            cur.execute(sql.SQL(Q["runs_looked"]).format(where=where), params, prepare=False)
+        if looked_statement is not None and len(rows) <= limit:
+            cur.execute(looked_statement, params, prepare=False)
             looked = cur.fetchone()
             if looked is not None and looked["looked"] >= scan:
                 edge = looked
@@ -391,7 +398,7 @@ def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[dateti
     elif edge is not None:
         following = cursor_text(edge["schedule_slot"], edge["id"])
     return {"runs": rows, "limit": limit, "filters": filters.as_dict(), "next": following,
-            "first_page": after is None, "scanned": bool(residual),
+            "first_page": after is None, "scanned": looked_statement is not None,
             "looked_back_to": edge["schedule_slot"] if edge is not None else None,
             "looked": scan if edge is not None else None}
 

@@ -134,6 +134,60 @@ def test_a_filter_no_index_serves_looks_at_a_bounded_stretch_a_page(ledger: Ledg
         assert len(reads.runs(conn, reads.RunFilters(job=BULK_JOB), None, limit=50, scan=25)["runs"]) == 50
 
 
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", ()):
+        found += _plan_nodes(child)
+    return found
+
+
+def test_every_runs_page_statement_reads_an_index_and_a_bounded_stretch(ledger: Ledger) -> None:
+    """With sequential scans priced out, each statement of the Runs page reads job_runs by an
+    index (schema step 0011_runs or the business key): none is planned to read the ledger
+    whole. Where a filter no index serves is asked, the index read sits under the scan bound
+    (a Limit of RUNS_SCAN) and the filter above it."""
+    from runner.web import reads
+
+    seed_many(ledger.admin, runs=50)
+    slot, run_id = datetime.now(UTC) - timedelta(days=3), 10**6
+    cases = {
+        "all": (reads.RunFilters(), "job_runs_slot_order", False),
+        "job": (reads.RunFilters(job=BULK_JOB), "job_runs_business_key", False),
+        "job and partition": (reads.RunFilters(job=BULK_JOB, partition="p"), "job_runs_business_key", False),
+        # (or another partial index of only such runs: as small)
+        "dead": (reads.RunFilters(statuses=("dead",)), "job_runs_attention_order job_runs_dead job_runs_unaccounted",
+                 False),
+        "failed or awaiting": (reads.RunFilters(statuses=("failed", "awaiting_approval")),
+                               "job_runs_attention_order job_runs_unaccounted", False),
+        "slot range": (reads.RunFilters(since=slot - timedelta(days=1), until=slot), "job_runs_slot_order", False),
+        "skipped": (reads.RunFilters(statuses=("skipped",)), "job_runs_slot_order", True),
+        "trigger": (reads.RunFilters(trigger="manual"), "job_runs_slot_order", True),
+        "lane": (reads.RunFilters(lane="bulk"), "job_runs_slot_order", True),
+        "partition of any job": (reads.RunFilters(partition=HOSTILE_PART), "job_runs_slot_order", True),
+    }
+    with psycopg.connect(ledger.admin, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")  # priced out, as on a large ledger
+        conn.execute("SET enable_bitmapscan = off")  # (an unordered read then a sort: not at 30M)
+        for name, (filters, index, bounded) in cases.items():
+            for after in (None, (slot, run_id)):
+                statement, looked, params = reads.runs_statements(filters, after, 100)
+                assert (looked is not None) == bounded, name
+                for one in (statement, looked) if looked is not None else (statement,):
+                    text = one.as_string(conn)
+                    row = conn.execute(b"EXPLAIN (FORMAT JSON) " + text.encode(), params).fetchone()
+                    assert row is not None
+                    plan = row[0][0]["Plan"]
+                    scans = [n for n in _plan_nodes(plan) if n.get("Relation Name") == "job_runs"]
+                    assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), (name, plan)
+                    if after is None or name != "job":  # (a job's cursor may also take the slot index)
+                        used = {n.get("Index Name") for n in _plan_nodes(plan)}
+                        assert used & set(index.split()), (name, index, plan)
+                    if bounded:  # the index read is under the bound: a Limit of the scan's size
+                        limits = [n for n in _plan_nodes(plan) if n["Node Type"] == "Limit"]
+                        assert any(any(c.get("Relation Name") == "job_runs" for c in _plan_nodes(n)) and
+                                   n.get("Plan Rows", 0) <= reads.RUNS_SCAN for n in limits), (name, plan)
+
+
 def test_bad_run_filters_are_a_clear_400(ledger: Ledger) -> None:
     with console(ledger.operator) as client:
         login(client)
