@@ -10,6 +10,7 @@ from __future__ import annotations
 import html as htmllib
 import re
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 from typing import Any
 from urllib.parse import quote
 
@@ -438,3 +439,29 @@ def test_the_cli_reruns_many_through_the_registry(ledger: Ledger) -> None:
     req = requests_rows(ledger.admin)[-1]
     assert (req["action"], req["who"], req["reason"], len(req["touched"]["runs"])) == (
         "rerun_many", "alice", "cli bulk", expected)
+
+
+def test_the_definition_shown_is_what_a_runner_synced(ledger: Ledger) -> None:
+    """A real sync (runner/ledger.py sync_jobs, as `runner start` does) records every field the
+    job page shows, overlap and lane included; the page reads them from the ledger (no --app)."""
+    from runner import ledger as ledger_module
+    from runner.app import Runner
+
+    app = Runner()
+
+    @app.job("synced", cron="15 9 * * 1-5", timezone="Europe/Paris", partitions=["eu", "us"], max_attempts=5,
+             owner="team-sync", timeout=120, stale_after="3h", overlap="skip", lane="bulk", misfire="skip")
+    def synced(ctx: Any) -> None: ...
+
+    with psycopg.connect(ledger.admin, autocommit=True) as conn:
+        ledger_module.sync_jobs(conn, list(app.jobs.values()))
+    with console(ledger.operator) as client:
+        data = client.get("/api/job?name=synced", headers=OP).json()["definition"]
+    assert {k: data[k] for k in ("timezone", "partitions", "max_attempts", "owner", "timeout", "stale_after",
+                                 "overlap", "lane", "misfire", "schedule_kind", "cron")} == {
+        "timezone": "Europe/Paris", "partitions": ["eu", "us"], "max_attempts": 5, "owner": "team-sync",
+        "timeout": 120.0, "stale_after": 10800.0, "overlap": "skip", "lane": "bulk", "misfire": "skip",
+        "schedule_kind": "cron", "cron": "15 9 * * 1-5"}
+    slots = [datetime.fromisoformat(s) for s in data["next_slots"]]
+    assert len(slots) == 5 and all(s.astimezone(ZoneInfo("Europe/Paris")).strftime("%H:%M %a") in {
+        f"09:15 {d}" for d in ("Mon", "Tue", "Wed", "Thu", "Fri")} for s in slots)
