@@ -10,9 +10,9 @@ from __future__ import annotations
 import html as htmllib
 import re
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
 from typing import Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg.types.json import Jsonb
