@@ -413,7 +413,14 @@ def run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
     effects = [r["effect"] for r in ledger.dict_rows(conn, QO["run_effects"], {"run_id": run_id})]
     requests = ledger.dict_rows(conn, Q["run_requests"], {
         "job_name": row["job_name"], "run_id": run_id, "limit": 100})
-    return {"run": row, "attempts": attempts, "effects": effects, "requests": requests}
+    return {"run": row, "attempts": attempts, "effects": effects, "requests": requests,
+            "zone": job_zone(conn, row["job_name"])}
+
+
+def job_zone(conn: psycopg.Connection[Any], job_name: str) -> str | None:
+    """The job's time zone as the ledger holds it (None: no such job any more)."""
+    found = ledger.dict_rows(conn, Q["job_zone"], {"job_name": job_name})
+    return str(found[0]["timezone"]) if found else None
 
 
 def gaps(conn: psycopg.Connection[Any], job_name: str | None = None, states: list[str] | None = None,
@@ -514,6 +521,7 @@ def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
     data["done_per_second"] = _rate(progress.plan, progress.done, now)
     data["verification"] = verification(data.get("verify_detail"))
     data["paused_because"] = pause_cause(progress.plan)
+    data["zone"] = job_zone(conn, progress.plan["job_name"])
     by_status = data.get("runs_by_status") or {}
     data["failures"] = sum(n for st, n in by_status.items() if st in ("failed", "dead"))
     return data

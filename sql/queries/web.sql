@@ -175,3 +175,7 @@ CROSS JOIN LATERAL runner.schedule_slots_v1(j.schedule_kind, j.cron, j.every_int
 WHERE j.job_name = %(job_name)s
 ORDER BY s.slot
 LIMIT %(limit)s
+
+-- name: job_zone
+-- A job's time zone (the pages about one of its runs or plans offer its times in it).
+SELECT j.timezone FROM runner.jobs j WHERE j.job_name = %(job_name)s

@@ -226,6 +226,9 @@ def test_the_job_page_shows_its_definition_next_slots_and_older_history(ledger: 
                       "within_seconds"):
             assert shown in definition, shown
         assert 'data-zone="Asia/Tokyo"' in html  # the job's zone for the times toggle
+        # so are the pages of one of its runs, and of a plan of it
+        assert '<main data-live="30" data-zone="Asia/Tokyo">' in client.get(f"/runs/{every[0][1]}").text
+        assert '<main data-live="30" data-zone="UTC">' in client.get(f"/backfills/{ledger.ids['plan']}").text
         # the next slots: 02:30 in Tokyo is 17:30 UTC, shown in both
         data = client.get(f"/api/job?name={quote(BULK_JOB)}", headers=OP).json()
         slots = [datetime.fromisoformat(s) for s in data["definition"]["next_slots"]]
