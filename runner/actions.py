@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-from runner import approvals, backfill, copies, lanes, operate, retention
+from runner import approvals, backfill, bulk, copies, lanes, operate, retention
 from runner.app import LANE_NAME, JobDef, Runner
 from runner.operate import OperatorError
 
@@ -321,6 +321,44 @@ register(Action(
      Param("seen_status", "text", help="the run's status as shown (refused if it changed)"),
      Param("seen_fence", "int", help="the run's fence as shown (refused if it changed)")),
     _rerun_plan, _rerun_shown, _rerun_act))
+
+
+# -- rerun many: every failed or dead run of a job in a range, or of a backfill -------------------
+
+
+def _many_plan(ctx: Context, p: dict[str, Any]) -> bulk.BulkPlan:
+    return bulk.plan(ctx.conn, p["job"], p["from"], p["to"], p["partition"], p["statuses"], p["plan_id"])
+
+
+def _many_shown(plan: bulk.BulkPlan, _: dict[str, Any]) -> dict[str, Any]:
+    return {"job": plan.job_name, "selection": plan.selection, "label": plan.describe(), "runs": plan.runs,
+            "count": len(plan.runs), "by_status": plan.by_status(), "refusal": plan.refusal}
+
+
+def _many_act(ctx: Context, plan: bulk.BulkPlan, p: dict[str, Any], who: str | None,
+              reason: str) -> dict[str, Any]:
+    seen = p.get("seen_runs")
+    if seen:  # the runs as the operator was shown them: refused if the selection changed since
+        try:
+            shown = sorted(int(i) for i in seen)
+        except ValueError:
+            raise ParamError("seen_runs must be run ids") from None
+        now = sorted(r["id"] for r in plan.runs)
+        if shown != now:
+            raise OperatorError(f"the selection changed since it was shown ({len(now)} run(s) now, "
+                                f"{len(shown)} shown); nothing written: look again")
+    return bulk.rerun(ctx.conn, plan, reason, who)
+
+
+register(Action(
+    "rerun_many", "Rerun failed or dead runs in bulk", "rerun-many",
+    (Param("job", "text", help="the job's name (or give plan_id)"),
+     FROM, TO, PARTITION,
+     Param("statuses", "list", help="failed and/or dead (default: dead)", option="--status",
+           default=("dead",)),
+     Param("plan_id", "int", help="only the runs of this backfill plan", option="--backfill", low=1),
+     Param("seen_runs", "list", help="the run ids as shown (refused if the selection changed)")),
+    _many_plan, _many_shown, _many_act))
 
 
 # -- pause, resume, retire, unretire -------------------------------------------------------------

@@ -862,6 +862,46 @@ def rerun(
                    f"by {request['who']}")
 
 
+
+@app.command(name="rerun-many")
+@_dispatches("rerun_many")
+def rerun_many(
+    reason: ReasonOpt,
+    job: Annotated[str | None, typer.Argument(help="the job's name (optional with --backfill)")] = None,
+    range_from: Annotated[str | None, typer.Option(
+        "--from", help="slots at or after (ISO 8601 with offset)")] = None,
+    range_to: Annotated[str | None, typer.Option("--to", help="slots before (ISO 8601 with offset)")] = None,
+    partition: Annotated[str | None, typer.Option("--partition", help="only this partition key")] = None,
+    status: Annotated[list[str] | None, typer.Option(
+        "--status", help="failed and/or dead (repeatable; default: dead)")] = None,
+    plan_id: Annotated[int | None, typer.Option(
+        "--backfill", help="only the runs of this backfill plan")] = None,
+    by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False, database_url: DbOpt = None,
+) -> None:
+    """Rerun every failed or dead run of a job in a range of slots, or of a backfill: shows
+    them, asks, then one audited request queues them all (trigger manual, due now)."""
+    params = _params("rerun_many", job=job, **{"from": range_from, "to": range_to}, partition=partition,
+                     statuses=status or None, plan_id=plan_id)
+    why = _reason(reason)
+    with _errors():
+        _, conn = _open_ledger(database_url)
+        planned = actions.plan(conn, "rerun_many", params)
+        if not as_json:
+            _print_table(f"to rerun: {planned.describe()}", planned.runs,
+                         ["id", "schedule_slot", "partition_key", "status", "attempt", "last_error"])
+        if planned.refusal:
+            fail(planned.refusal)
+        _say(f"will set {_plural(len(planned.runs), 'run')} pending (trigger manual), due now, each with "
+             "a full budget of attempts; one request")
+        _confirm(f"Rerun {_plural(len(planned.runs), 'run')} of job {planned.job_name!r}?", yes)
+        done = actions.act(conn, "rerun_many", planned, params, by, why)
+        conn.close()
+    if as_json:
+        _print_value({"selection": planned.selection, "runs": done["runs"], "request": done["request"]})
+    else:
+        _say(f"{_plural(len(done['runs']), 'run')} pending (trigger manual), due now; request "
+             f"{done['request']['id']} by {done['request']['who']}")
+
 def _toggle_job(job: str, on: bool, words: tuple[str, str, str, str],
                 describe: Callable[[dict[str, Any]], list[str]],
                 reason: str, by: str | None, yes: bool, as_json: bool, database_url: str | None) -> None:

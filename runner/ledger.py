@@ -230,6 +230,9 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
                                              if job.max_catch_up_age else None),
                 "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
                 "stale_after_seconds": job.stale_after.total_seconds() if job.stale_after else None,
+                # shown on the console's job page (its definition as the ledger holds it)
+                "overlap": job.overlap,
+                "lane": job.lane,
             }
             keep = job.retention or retention_default
             if keep is not None:  # applied by runner.prune_v1 (sql/functions/prune_v1.sql)

@@ -166,7 +166,7 @@ BEGIN
         WHERE n.nspname = 'runner' AND p.prosecdef
           AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'checkpoint_v1', 'record_replay_plan_v1',
                             'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'rerun_v1', 'rerun_v2',
-                            'set_job_paused_v1',
+                            'set_job_paused_v1', 'rerun_runs_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',

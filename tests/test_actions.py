@@ -37,7 +37,7 @@ def cli_commands() -> dict[str, Any]:
 
 
 def test_the_cli_and_the_console_offer_exactly_the_registrys_actions() -> None:
-    expected = {"rerun", "pause", "resume", "approve", "skip", "backfill", "backfill_pause", "backfill_resume",
+    expected = {"rerun", "rerun_many", "pause", "resume", "approve", "skip", "backfill", "backfill_pause", "backfill_resume",
                 "backfill_cancel", "retire", "unretire", "lane_set", "prune", "adopt"}
     assert set(actions.names()) == expected
     commands = cli_commands()

@@ -42,12 +42,13 @@ import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from psycopg_pool import ConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -233,15 +234,28 @@ def _span(value: Any) -> str:
     return " ".join(parts[:2]) or "0s"
 
 
-def _when(value: Any) -> str:
+def _iso(value: Any) -> str:
+    """A time as ISO 8601 text (a form field's value)."""
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
     return "" if value is None else str(value)
 
 
+def _when(value: Any) -> Markup:
+    """A time as the pages show it: ``<time datetime=...>`` holding its UTC ISO text, which
+    static/console.js shows in the zone the viewer picks (their own, the job's, UTC)."""
+    if isinstance(value, datetime):
+        utc = value.astimezone(UTC) if value.tzinfo is not None else value
+        text = utc.isoformat(timespec="seconds")
+        return Markup('<time datetime="{0}">{0}</time>').format(text)
+    return Markup("{0}").format("" if value is None else str(value))
+
+
 def _query(**params: Any) -> str:
+    """A page's query string: blanks left out, times as ISO 8601, a list as the key repeated."""
     return urlencode({k: v.isoformat() if isinstance(v, datetime) else v
-                      for k, v in params.items() if v is not None and v != ""})
+                      for k, v in params.items() if v is not None and v != "" and v != [] and v != ()},
+                     doseq=True)
 
 
 def _json_text(value: Any) -> str:
@@ -251,8 +265,9 @@ def _json_text(value: Any) -> str:
 def templates() -> Environment:
     env = Environment(loader=PackageLoader("runner.web", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters.update(span=_span, when=_when, pretty=_json_text)
-    env.globals.update(q=_query, statuses=reads.SEVERITY, titles=actions.titles())
+    env.filters.update(span=_span, when=_when, iso=_iso, pretty=_json_text, touched_runs=reads.touched_runs)
+    env.globals.update(q=_query, statuses=reads.SEVERITY, titles=actions.titles(),
+                       run_statuses=reads.RUN_STATUSES, triggers=reads.TRIGGERS)
     return env
 
 
@@ -470,15 +485,26 @@ def page_reads(console: Console) -> dict[str, Callable[[Request], Any]]:
         # the alert counts on a second read connection when one is free (reads.jobs)
         return q(reads.jobs, app, request.query_params.get("sort", "health"),
                  request.query_params.get("dir") == "desc",
-                 side=lambda: console.read_pool.connection(timeout=0.05))
+                 side=lambda: console.read_pool.connection(timeout=0.05),
+                 search=request.query_params.get("search") or None)
 
     def job(request: Request) -> Any:
         name = request.query_params.get("name")
         if not name:
             raise ValueError("name is required")
-        data = q(reads.job, app, name)
+        data = q(reads.job, app, name, _parse_time(request.query_params.get("until"), "until"))
         data["chart"] = charts.timings_chart(data["timings"])
         return data
+
+    def runs(request: Request) -> Any:
+        p = request.query_params
+        statuses = tuple(dict.fromkeys(s for s in p.getlist("status") if s))
+        filters = reads.RunFilters(
+            job=p.get("job") or None, partition=p.get("partition") if p.get("partition") else None,
+            statuses=statuses, trigger=p.get("trigger") or None, lane=p.get("lane") or None,
+            since=_parse_time(p.get("since"), "since"), until=_parse_time(p.get("until"), "until"))
+        return q(reads.runs, filters, reads.parse_cursor(p.get("after")),
+                 _int(p.get("limit"), "limit", 100, 1000) or 100)
 
     def run(request: Request) -> Any:
         return q(reads.run, int(request.path_params["run_id"]))
@@ -506,7 +532,7 @@ def page_reads(console: Console) -> dict[str, Callable[[Request], Any]]:
     def runners(request: Request) -> Any:
         return q(reads.runners)
 
-    return {"jobs": jobs, "job": job, "run": run, "gaps": gaps, "backfills": backfills,
+    return {"jobs": jobs, "job": job, "runs": runs, "run": run, "gaps": gaps, "backfills": backfills,
             "backfill": one_backfill, "alerts": alerts, "requests": requests, "runners": runners}
 
 
@@ -603,6 +629,9 @@ def create_app(config: WebConfig) -> Starlette:
         if name == "rerun" and impact.get("run"):  # the run as shown: refused if it changes first
             seen = impact["run"]
             params = {**params, "seen_status": seen["status"], "seen_fence": str(seen["fence"])}
+        if name == "rerun_many" and impact.get("runs") and not impact.get("refusal"):
+            # the runs as shown: refused if the selection holds others by the time of the POST
+            params = {**params, "seen_runs": ",".join(str(r["id"]) for r in impact["runs"])}
         return console.render(request, "action.html", user, action=name, params=params, impact=impact,
                               done=None, liveness=await console.liveness())
 
@@ -689,6 +718,7 @@ def create_app(config: WebConfig) -> Starlette:
     routes = [
         Route("/", page("jobs", "jobs.html")),
         Route("/job", page("job", "job.html")),
+        Route("/runs", page("runs", "runs.html")),
         Route("/runs/{run_id:int}", page("run", "run.html")),
         Route("/gaps", page("gaps", "gaps.html")),
         Route("/backfills", page("backfills", "backfills.html")),
@@ -705,6 +735,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/whoami", whoami),
         Route("/api/jobs", api_read("jobs")),
         Route("/api/job", api_read("job")),
+        Route("/api/runs", api_read("runs"), methods=["GET"]),
         Route("/api/runs/{run_id:int}", api_read("run")),
         Route("/api/gaps", api_read("gaps")),
         Route("/api/backfills", api_read("backfills"), methods=["GET"]),

@@ -11,14 +11,17 @@ Each is bounded (a LIMIT, a window of slots on an indexed column).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
 from runner import backfill, ledger, operate
@@ -36,6 +39,14 @@ GAP_STATES = ("never_started", "fanout_failed", "pending", "running", "running_s
 # the order a slot's cell shows its worst status in (first = worst)
 SEVERITY = ("dead", "missing", "failed", "running_stale", "awaiting_approval", "running", "pending",
             "cancelled", "skipped", "coalesced", "succeeded")
+RUN_STATUSES = ("pending", "running", "succeeded", "failed", "dead", "skipped", "coalesced",
+                "awaiting_approval", "cancelled")
+# the statuses of schema step 0010_runs's partial index job_runs_attention_order
+ATTENTION = ("pending", "running", "failed", "dead", "awaiting_approval")
+TRIGGERS = ("schedule", "catch_up", "retry", "recovery", "manual", "backfill")
+MAX_SEARCH = 200  # characters of a search or a text filter
+NEXT_SLOTS = 5
+RUNS_SCAN = 10_000  # runs a Runs page looks at for the filters no index serves (reads.runs)
 JOB_SORTS = ("health", "job_name", "owner", "last_success_at", "lag", "missing", "alerts", "next_slot")
 
 
@@ -57,7 +68,8 @@ def _health_rank(job: dict[str, Any]) -> int:
 
 def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health",
          descending: bool = False,
-         side: Callable[[], AbstractContextManager[psycopg.Connection[Any]]] | None = None) -> dict[str, Any]:
+         side: Callable[[], AbstractContextManager[psycopg.Connection[Any]]] | None = None,
+         search: str | None = None) -> dict[str, Any]:
     """The Jobs page: one row per job of runner.job_health (``runner status``), with its
     count of runner.alerts and health rank; the unhealthy first unless sorted otherwise.
     The alerts themselves are the Alerts page's (newest first, bounded): this page counts
@@ -68,7 +80,8 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
     the alert counts run on it while job health runs on ``conn``: the two cost about the
     same at 1,000 jobs (~0.14 s each, scripts/bench/RESULTS.md) and neither needs the other,
     so the page waits for the slower one rather than for both (each statement has its own
-    snapshot either way, as in autocommit)."""
+    snapshot either way, as in autocommit). ``search``: only the jobs whose name or owner
+    contains it (case-insensitive, as text: no pattern)."""
     counted: dict[str, Any] = {}
 
     def count_alerts(c: psycopg.Connection[Any]) -> None:
@@ -99,7 +112,13 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
             count_alerts(conn)
     per_job = {r["job_name"]: r["alerts"] for r in counted["rows"]}
     rows = []
+    needle = (search or "").strip().casefold()
+    if len(needle) > MAX_SEARCH:
+        raise ValueError(f"search is longer than {MAX_SEARCH} characters")
     for job in report.jobs:
+        owner = str(job.get("owner") or "").casefold()
+        if needle and needle not in job["job_name"].casefold() and needle not in owner:
+            continue
         row = {**job, "alerts": per_job.get(job["job_name"], 0)}
         row["health"] = _health_rank(row)
         rows.append(row)
@@ -114,7 +133,7 @@ def jobs(conn: psycopg.Connection[Any], app: Runner | None, sort: str = "health"
 
     rows.sort(key=key, reverse=descending)
     return {"now": report.now, "jobs": rows, "alerts": sum(per_job.values()), "sort": sort,
-            "descending": descending}
+            "descending": descending, "search": search or "", "total": len(report.jobs)}
 
 
 @dataclass(frozen=True)
@@ -137,9 +156,10 @@ class Grid:
 
 def job_grid(conn: psycopg.Connection[Any], job_name: str,
              now: datetime) -> tuple[Grid, list[dict[str, Any]]]:
-    """Slots x partitions of the last GRID_DAYS days (newest GRID_SLOTS slots), coloured by
-    the run's status, ``missing`` where the gap scan expects a run and there is none; and
-    the timings of those slots (oldest first) for the chart."""
+    """Slots x partitions of the GRID_DAYS days up to ``now`` (the newest GRID_SLOTS slots),
+    coloured by the run's status, ``missing`` where the gap scan expects a run and there is
+    none; and the timings of those slots (oldest first) for the chart. The job page passes an
+    earlier ``now`` to page back through the history (``until``), a window at a time."""
     since = now - timedelta(days=GRID_DAYS)
     window = {"job_name": job_name, "since": since, "until": now}
     stats = ledger.dict_rows(conn, Q["job_slot_stats"], window)
@@ -188,17 +208,199 @@ def job_grid(conn: psycopg.Connection[Any], job_name: str,
     return Grid(slots=slots, partitions=partitions, cells=cells, counts=counts, worst=worst), timings
 
 
-def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str) -> dict[str, Any]:
-    """The Job page: its health row, the grid, the timings chart's points, its newest runs."""
+def job(conn: psycopg.Connection[Any], app: Runner | None, job_name: str,
+        until: datetime | None = None) -> dict[str, Any]:
+    """The Job page: its health row, its definition as the ledger holds it with its next slots,
+    the grid (of the GRID_DAYS days up to ``until``, default now: older history a window at a
+    time), the timings chart's points, its newest runs."""
     report = operate.status(conn, app, job_name, with_runners=False)
     if not report.jobs:
         raise NotFound(f"no job {job_name!r} in the ledger")
-    grid, timings = job_grid(conn, job_name, report.now)
+    end = min(until, report.now) if until is not None else report.now
+    grid, timings = job_grid(conn, job_name, end)
     runs = ledger.dict_rows(conn, Q["job_runs"], {"job_name": job_name, "status": None, "limit": 50})
     [awaiting] = ledger.dict_rows(conn, Q["job_awaiting"], {"job_name": job_name})
+    older = end - timedelta(days=GRID_DAYS)
     return {"now": report.now, "job": report.jobs[0], "alerts": report.alerts, "grid": grid,
             "timings": timings, "runs": runs, "awaiting_approval": awaiting["runs"],
-            "defined": app is not None and job_name in app.jobs}
+            "defined": app is not None and job_name in app.jobs,
+            "definition": definition(conn, job_name),
+            "window": {"since": older, "until": end, "latest": end >= report.now,
+                       "older": older, "newer": end + timedelta(days=GRID_DAYS)}}
+
+
+def _seconds(value: Any) -> timedelta | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    return None
+
+
+def definition(conn: psycopg.Connection[Any], job_name: str) -> dict[str, Any] | None:
+    """The job's definition as the ledger holds it (runner.jobs: what the runners that define
+    it synced), so the page shows it without the app's code: schedule, time zone, partitions,
+    misfire policy and tiers, overlap, max attempts, timeout, lane, owner, stale_after; and
+    its next NEXT_SLOTS slots (UTC; the page shows them in the job's zone beside). An option a
+    runner of an older version did not record is None (the page says so)."""
+    found = ledger.dict_rows(conn, Q["job_definition"], {"job_name": job_name})
+    if not found:
+        return None
+    row = found[0]
+    stored = row.get("options")
+    options: dict[str, Any] = stored if isinstance(stored, dict) else {}
+    slots: list[datetime] = []
+    for horizon in ("2 days", "400 days"):
+        slots = [r["slot"] for r in ledger.dict_rows(conn, Q["next_slots"], {
+            "job_name": job_name, "horizon": horizon, "limit": NEXT_SLOTS})]
+        if len(slots) >= NEXT_SLOTS or row["schedule_kind"] == "every":
+            break
+    tiers = options.get("misfire_tiers")
+    return {
+        "job_name": row["job_name"], "schedule": row["schedule_label"], "schedule_kind": row["schedule_kind"],
+        "cron": row["cron"], "every": row["every_interval"], "timezone": row["timezone"],
+        "partitions": list(row["partitions"]) if row["partitions"] is not None else None,
+        "dynamic_partitions": row["dynamic_partitions"], "max_attempts": row["max_attempts"],
+        "version": row["version"], "misfire": options.get("misfire"),
+        "misfire_tiers": tiers if isinstance(tiers, dict | list) else None,
+        "grace": _seconds(options.get("grace_seconds")), "max_catch_up": options.get("max_catch_up"),
+        "overlap": options.get("overlap"), "timeout": _seconds(options.get("timeout_seconds")),
+        "lane": options.get("lane"), "owner": options.get("owner"),
+        "stale_after": _seconds(options.get("stale_after_seconds")),
+        "lease": _seconds(options.get("lease_seconds")), "paused_in_code": options.get("paused_in_code"),
+        "track_from": row["track_from"], "synced_at": row["synced_at"], "in_code_at": row["in_code_at"],
+        "next_slots": slots,
+    }
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The Runs page's filters, checked: a bad value is a ValueError (one line: the page
+    answers 400), never a query."""
+
+    job: str | None = None
+    partition: str | None = None
+    statuses: tuple[str, ...] = ()
+    trigger: str | None = None
+    lane: str | None = None
+    since: datetime | None = None  # slots at or after
+    until: datetime | None = None  # slots before
+
+    def __post_init__(self) -> None:
+        for name in ("job", "partition", "lane"):
+            value = getattr(self, name)
+            if value is not None and len(value) > MAX_SEARCH:
+                raise ValueError(f"{name} is longer than {MAX_SEARCH} characters")
+        bad = [s for s in self.statuses if s not in RUN_STATUSES]
+        if bad:
+            raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}; got {bad[0]!r}")
+        if self.trigger is not None and self.trigger not in TRIGGERS:
+            raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}; got {self.trigger!r}")
+        if self.since is not None and self.until is not None and not self.since < self.until:
+            raise ValueError("since must be before until")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "partition": self.partition, "status": list(self.statuses),
+                "trigger": self.trigger, "lane": self.lane, "since": self.since, "until": self.until}
+
+
+CURSOR = re.compile(r"(\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d))~(\d{1,19})")
+
+
+def cursor_text(slot: datetime, run_id: int) -> str:
+    return f"{slot.astimezone(UTC).isoformat()}~{run_id}"
+
+
+def parse_cursor(value: str | None) -> tuple[datetime, int] | None:
+    """The Runs page's keyset cursor: ``SLOT~ID`` of the last run shown (None: the first page)."""
+    if value is None or not value.strip():
+        return None
+    found = CURSOR.fullmatch(value.strip())
+    if found is None:
+        raise ValueError(f"after must be a cursor like 2026-01-31T02:00:00+00:00~123, got {value[:80]!r}")
+    try:
+        slot = datetime.fromisoformat(found.group(1))
+    except ValueError:
+        raise ValueError(f"after has a bad time: {found.group(1)!r}") from None
+    return slot, int(found.group(2))
+
+
+def runs_statements(filters: RunFilters, after: tuple[datetime, int] | None, limit: int,
+                    scan: int = RUNS_SCAN) -> tuple[sql.Composed, sql.Composed | None, dict[str, Any]]:
+    """The Runs page's statement for these filters, and when some filter is one no index
+    serves, the statement that tells how far a short page looked (reads.runs); their
+    parameters. Separate so that tests/web/test_pages.py can EXPLAIN each."""
+    indexed: list[sql.Composable] = [sql.SQL("true")]
+    residual: list[sql.Composable] = []
+    params: dict[str, Any] = {"limit": limit + 1, "scan": scan}
+    if filters.job is not None:
+        indexed.append(sql.SQL("r.job_name = %(job)s"))
+        params["job"] = filters.job
+    if filters.partition is not None:
+        (indexed if filters.job is not None else residual).append(sql.SQL("r.partition_key = %(partition)s"))
+        params["partition"] = filters.partition
+    if filters.statuses:
+        words = sql.SQL("r.status IN ({})").format(
+            sql.SQL(", ").join(sql.Literal(s) for s in filters.statuses))
+        (indexed if all(s in ATTENTION for s in filters.statuses) else residual).append(words)
+    if filters.trigger is not None:
+        residual.append(sql.SQL("r.trigger = {}").format(sql.Literal(filters.trigger)))
+    if filters.lane is not None:
+        residual.append(sql.SQL("r.lane = %(lane)s"))
+        params["lane"] = filters.lane
+    if filters.since is not None:
+        indexed.append(sql.SQL("r.schedule_slot >= %(since)s"))
+        params["since"] = filters.since
+    if filters.until is not None:
+        indexed.append(sql.SQL("r.schedule_slot < %(until)s"))
+        params["until"] = filters.until
+    if after is not None:
+        indexed.append(sql.SQL("(r.schedule_slot, r.id) < (%(after_slot)s, %(after_id)s)"))
+        params["after_slot"], params["after_id"] = after
+    where = sql.SQL(" AND ").join(indexed)
+    if residual:
+        return (sql.SQL(Q["runs_bounded"]).format(where=where, residual=sql.SQL(" AND ").join(residual)),
+                sql.SQL(Q["runs_looked"]).format(where=where), params)
+    return sql.SQL(Q["runs"]).format(where=where), None, params
+
+
+def runs(conn: psycopg.Connection[Any], filters: RunFilters, after: tuple[datetime, int] | None = None,
+         limit: int = 100, scan: int = RUNS_SCAN) -> dict[str, Any]:
+    """The Runs page: runs of every job (or of the filters), newest slot first, ``limit`` a
+    page, keyset paged: ``after`` is the (slot, id) of the last run of the previous page, so
+    a page costs the same at the ledger's end as at its start (no OFFSET).
+
+    Some filters narrow an index (schema step 0010_runs): the job (with its partition: the
+    runs' business key), the statuses when all need attention (pending, running, failed, dead,
+    awaiting approval: a partial index), the slot range and the cursor. The others (trigger,
+    lane, a partition of any job, a status such as skipped) are checked on the runs those
+    indexes give, and a page looks at no more than ``scan`` of them: where matches are rare,
+    a page holds fewer than ``limit`` runs, says how far back it looked (``looked_back_to``),
+    and its "older" cursor goes on from there. So no page reads the whole ledger, at 30M runs
+    as at 3M (scripts/bench/web_latency.py, scripts/bench/RESULTS.md).
+
+    Each filter is a parameter (a status or trigger a fixed word, checked, as a literal: the
+    planner must see it to match the partial index); the statement is planned for the values
+    at hand, never prepared as a generic plan."""
+    statement, looked_statement, params = runs_statements(filters, after, limit, scan)
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(statement, params, prepare=False)
+        rows = cur.fetchall()
+        edge = None
+        if looked_statement is not None and len(rows) <= limit:
+            cur.execute(looked_statement, params, prepare=False)
+            looked = cur.fetchone()
+            if looked is not None and looked["looked"] >= scan:
+                edge = looked
+    more = len(rows) > limit
+    rows = rows[:limit]
+    following = None
+    if more and rows:
+        following = cursor_text(rows[-1]["schedule_slot"], rows[-1]["id"])
+    elif edge is not None:
+        following = cursor_text(edge["schedule_slot"], edge["id"])
+    return {"runs": rows, "limit": limit, "filters": filters.as_dict(), "next": following,
+            "first_page": after is None, "scanned": looked_statement is not None,
+            "looked_back_to": edge["schedule_slot"] if edge is not None else None,
+            "looked": scan if edge is not None else None}
 
 
 def run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
@@ -211,7 +413,14 @@ def run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
     effects = [r["effect"] for r in ledger.dict_rows(conn, QO["run_effects"], {"run_id": run_id})]
     requests = ledger.dict_rows(conn, Q["run_requests"], {
         "job_name": row["job_name"], "run_id": run_id, "limit": 100})
-    return {"run": row, "attempts": attempts, "effects": effects, "requests": requests}
+    return {"run": row, "attempts": attempts, "effects": effects, "requests": requests,
+            "zone": job_zone(conn, row["job_name"])}
+
+
+def job_zone(conn: psycopg.Connection[Any], job_name: str) -> str | None:
+    """The job's time zone as the ledger holds it (None: no such job any more)."""
+    found = ledger.dict_rows(conn, Q["job_zone"], {"job_name": job_name})
+    return str(found[0]["timezone"]) if found else None
 
 
 def gaps(conn: psycopg.Connection[Any], job_name: str | None = None, states: list[str] | None = None,
@@ -311,7 +520,43 @@ def one_backfill(conn: psycopg.Connection[Any], plan_id: int) -> dict[str, Any]:
     data["percent"] = round(100.0 * progress.done / progress.total) if progress.total else 100
     data["done_per_second"] = _rate(progress.plan, progress.done, now)
     data["verification"] = verification(data.get("verify_detail"))
+    data["paused_because"] = pause_cause(progress.plan)
+    data["zone"] = job_zone(conn, progress.plan["job_name"])
+    by_status = data.get("runs_by_status") or {}
+    data["failures"] = sum(n for st, n in by_status.items() if st in ("failed", "dead"))
     return data
+
+
+def touched_runs(touched: Any) -> int:
+    """How many runs a request touched, whatever its action: the runs it lists (a rerun, an
+    approval, a bulk rerun), plus for a backfill the runs it inserted and those it queued
+    again (its ``touched`` counts the inserted ones, lists the requeued ones)."""
+    if not isinstance(touched, dict):
+        return 0
+    count = 0
+    for key in ("runs", "runs_requeued"):
+        listed = touched.get(key)
+        if isinstance(listed, list):
+            count += len(listed)
+    inserted = touched.get("runs_inserted")
+    if isinstance(inserted, int) and not isinstance(inserted, bool):
+        count += inserted
+    return count
+
+
+_CLI_ADVICE = re.compile(r":\s*look at them \(runner backfill show\).*$", re.DOTALL)
+
+
+def pause_cause(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """Why a paused plan is paused, as the console shows it: ``auto`` when the runner paused it
+    (its failure threshold, a pause condition), with the recorded reason less the CLI's advice
+    (the page offers the web actions instead), else the operator's pause."""
+    if plan.get("status") != "paused":
+        return None
+    reason = str(plan.get("pause_reason") or "")
+    auto = bool(reason) and not reason.startswith("paused by ")
+    return {"auto": auto, "text": _CLI_ADVICE.sub("", reason).strip() if auto else reason,
+            "threshold": plan.get("max_failures")}
 
 
 def alerts(conn: psycopg.Connection[Any], job_name: str | None = None, limit: int = 500) -> dict[str, Any]:

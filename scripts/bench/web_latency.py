@@ -33,7 +33,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 
@@ -174,6 +176,14 @@ def main() -> None:
             total = conn.execute("SELECT count(*) FROM runner.job_runs").fetchone()[0]  # type: ignore[index]
             dead = conn.execute("SELECT max(id) FROM runner.job_runs WHERE status = 'dead'"
                                 " AND job_name = 'job_0001'").fetchone()[0]  # type: ignore[index]
+            # a point half way back in the ledger: the Runs page's slot range and a cursor there
+            deep = conn.execute("SELECT schedule_slot, id FROM runner.job_runs WHERE job_name = 'job_0001'"
+                                " ORDER BY schedule_slot LIMIT 1 OFFSET (SELECT count(*) / 2 FROM runner.job_runs"
+                                " WHERE job_name = 'job_0001')").fetchone()
+        assert deep is not None
+        deep_cursor = quote(f"{deep[0].isoformat()}~{deep[1]}")
+        deep_until = quote(deep[0].isoformat())
+        deep_since = quote((deep[0] - timedelta(days=2)).isoformat())
         server_log = open(f"/tmp/{dbname}.web.log", "w")  # noqa: SIM115 (closed with the process)
         print(f"runner web's log: {server_log.name}", file=sys.stderr)
         port = free_port()
@@ -195,6 +205,17 @@ def main() -> None:
             "Run": f"/runs/{dead}", "Gaps (all)": "/gaps", "Gaps (one job, dead)": "/gaps?job=job_0001&state=dead",
             "Backfills": "/backfills", "Alerts": "/alerts", "Requests": "/requests", "Runners": "/runners",
             "Requests (one job)": "/requests?job=job_0001", "API /api/jobs": "/api/jobs",
+            # the Runs page (issue 30): every job, then each filter, then a page deep in the ledger
+            "Runs (all)": "/runs", "Runs (one job)": "/runs?job=job_0001",
+            "Runs (dead, all jobs)": "/runs?status=dead", "Runs (failed, one job)": "/runs?job=job_0001&status=failed",
+            "Runs (skipped, all jobs)": "/runs?status=skipped",
+            "Runs (one partition of wide)": "/runs?job=wide&partition=tenant-0500",
+            "Runs (trigger schedule, lane realtime)": "/runs?trigger=schedule&lane=realtime",
+            "Runs (a slot range)": f"/runs?since={deep_since}&until={deep_until}",
+            "Runs (page after a deep cursor)": f"/runs?after={deep_cursor}",
+            "Runs (one job, deep cursor)": f"/runs?job=job_0001&after={deep_cursor}",
+            "Job (7 days back, grid paging)": f"/job?name=job_0001&until={deep_until}",
+            "Jobs (search)": "/?search=job_05",
         }
         results = []
         for name, path in pages.items():

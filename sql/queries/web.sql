@@ -31,9 +31,12 @@ WHERE r.job_name = %(job_name)s AND r.schedule_slot = ANY(%(slots)s::timestamptz
 
 -- name: job_missing
 -- The job's expected slots in the window that no run accounts for and that have no run at
--- all (the gap scan's never_started and fanout_failed), newest first.
+-- all (the gap scan's never_started and fanout_failed), newest first. The scan is judged as of
+-- a day after the window's end (now at the latest): an older window, paged back to, costs its
+-- 7 days and not every slot from it up to now.
 SELECT m.schedule_slot, m.partition_key, m.state, m.last_error
-FROM runner.missing_slots_v1(runner.ledger_now_v1(), %(job_name)s::text, %(since)s::timestamptz) m
+FROM runner.missing_slots_v1(least(runner.ledger_now_v1(), %(until)s::timestamptz + interval '1 day'),
+                             %(job_name)s::text, %(since)s::timestamptz) m
 WHERE m.state IN ('never_started', 'fanout_failed') AND m.schedule_slot <= %(until)s
 ORDER BY m.schedule_slot DESC
 LIMIT %(limit)s
@@ -140,3 +143,70 @@ FROM runner.instances i
 ORDER BY (i.stopped_at IS NULL AND i.heartbeat_at > now() - interval '15 seconds') DESC,
          i.heartbeat_at DESC, i.instance_id
 LIMIT %(limit)s
+
+-- name: runs
+-- The Runs page: runs newest slot first, keyset paged on (schedule_slot, id) (the cursor is
+-- the last row shown), narrowed by the filters reads.runs composes into {where} (each a
+-- parameter; a status, trigger or lane only from fixed lists). Served by the business key
+-- with a job, else by job_runs_slot_order, or job_runs_attention_order when the statuses asked
+-- are all ones needing attention (schema step 0010_runs).
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status, r.trigger,
+       r.lane, r.attempt, r.started_at, r.finished_at, r.last_error
+FROM runner.job_runs r
+WHERE {where}
+ORDER BY r.schedule_slot DESC, r.id DESC
+LIMIT %(limit)s
+
+-- name: runs_bounded
+-- The Runs page with filters no index serves ({residual}: trigger, lane, a partition of any
+-- job, statuses not all needing attention): checked on at most %(scan)s runs of the indexed
+-- order ({where}), read lazily (the page stops reading once it has its runs).
+SELECT r.id, r.job_name, r.schedule_slot, r.partition_key, r.business_date, r.status, r.trigger,
+       r.lane, r.attempt, r.started_at, r.finished_at, r.last_error
+FROM (SELECT r.* FROM runner.job_runs r
+      WHERE {where}
+      ORDER BY r.schedule_slot DESC, r.id DESC
+      LIMIT %(scan)s) r
+WHERE {residual}
+ORDER BY r.schedule_slot DESC, r.id DESC
+LIMIT %(limit)s
+
+-- name: runs_looked
+-- When a bounded page came out short: how many runs it looked at, and the oldest of them
+-- (where the next page goes on from when that was all %(scan)s).
+SELECT l.schedule_slot, l.id, count(*) OVER () AS looked
+FROM (SELECT r.schedule_slot, r.id FROM runner.job_runs r
+      WHERE {where}
+      ORDER BY r.schedule_slot DESC, r.id DESC
+      LIMIT %(scan)s) l
+ORDER BY l.schedule_slot, l.id
+LIMIT 1
+
+-- name: job_definition
+-- The job's definition as the ledger holds it (runner.jobs, written by the runners' sync):
+-- schedule, zone, partitions, max attempts and the options (misfire policy and tiers, overlap,
+-- timeout, lane, owner, stale_after ...); its schedule in words.
+SELECT j.job_name, j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
+       j.dynamic_partitions, j.max_attempts, j.version, j.options, j.paused, j.track_from,
+       j.first_registered_at, j.synced_at, j.retired_at, j.in_code_at,
+       runner.schedule_label_v1(j.schedule_kind, j.cron, j.every_interval, j.timezone, j.partitions,
+                                j.dynamic_partitions) AS schedule_label
+FROM runner.jobs j
+WHERE j.job_name = %(job_name)s
+
+-- name: next_slots
+-- The job's next slots after now, from its definition in the ledger (runner.schedule_slots_v1,
+-- the gap scan's own expansion), within a horizon the caller widens when it finds too few.
+SELECT s.slot
+FROM runner.jobs j
+CROSS JOIN LATERAL runner.schedule_slots_v1(j.schedule_kind, j.cron, j.every_interval, j.timezone,
+                                             now(), now() + CASE WHEN j.schedule_kind = 'every'
+                                                 THEN j.every_interval * %(limit)s
+                                                 ELSE %(horizon)s::interval END) AS s(slot)
+WHERE j.job_name = %(job_name)s
+ORDER BY s.slot
+LIMIT %(limit)s
+
+-- name: job_zone
+-- A job's time zone (the pages about one of its runs or plans offer its times in it).
+SELECT j.timezone FROM runner.jobs j WHERE j.job_name = %(job_name)s

@@ -19,7 +19,8 @@ WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "checkpoint_v1", 
 OPERATOR_FUNCTIONS = {"rerun_v1", "rerun_v2", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
                       "pause_backfill_v1", "resume_backfill_v1", "cancel_backfill_v1",
                       "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1",
-                      "adopt_ledger_v1"}  # a copied ledger adopted (issue 29, point 6)
+                      "adopt_ledger_v1",  # a copied ledger adopted (issue 29, point 6)
+                      "rerun_runs_v1"}  # the bulk rerun (issue 30)
 # retention (revision 0009): the runners' background duty and `runner prune`
 SHARED_FUNCTIONS = {"prune_v1"}
 # the console's logout (0006_websessions): ends one `runner web` session by the hash of its
@@ -36,6 +37,8 @@ CONDITION_FUNCTIONS = {"pause_condition_v1", "verify_query_v1"}
 READONLY_FORBIDDEN = {
     "rerun": "SELECT * FROM runner.rerun_v1({dead}, 'dead', 3, false, 'r', 'r')",
     "pause": "SELECT * FROM runner.set_job_paused_v1('hello', true, 'r', 'r')",
+    "rerun_many": "SELECT * FROM runner.rerun_runs_v1('hello', ARRAY[{dead}]::bigint[], ARRAY['dead'],"
+                  " ARRAY[3]::bigint[], '{{}}', 'r', 'r')",
     "backfill_pause": "SELECT runner.pause_backfill_v1({plan_running}, 'r', 'r')",
     "advance_watermarks": "SELECT runner.advance_watermarks_v1()",
     "advance_watermarks_bounded": "SELECT * FROM runner.advance_watermarks_v2(NULL, interval '1 hour', 1000)",

@@ -51,6 +51,8 @@ FORBIDDEN = {
     # an operator's function is not the worker's
     "rerun_function": "SELECT * FROM runner.rerun_v1({dead}, 'dead', 3, false, 'w', 'r')",
     "pause_function": "SELECT * FROM runner.set_job_paused_v1('hello', true, 'w', 'r')",
+    "rerun_many_function": "SELECT * FROM runner.rerun_runs_v1('hello', ARRAY[{dead}]::bigint[], ARRAY['dead'],"
+                           " ARRAY[3]::bigint[], '{{}}', 'w', 'r')",
     "approve_function": "SELECT * FROM runner.decide_runs_v1('approve', 'hello', ARRAY[{awaiting}]::bigint[],"
                         " '{{}}', 'w', 'r')",
     "cancel_function": "SELECT * FROM runner.cancel_backfill_v1({plan_running}, 'w', 'r')",
@@ -146,7 +148,8 @@ def test_the_worker_heartbeats_and_records_progress(logins: Logins) -> None:
 
 def test_operator_functions_are_not_granted_to_the_worker(logins: Logins) -> None:
     worker = logins.groups["worker"]
-    for fn in ("rerun_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1", "pause_backfill_v1",
+    for fn in ("rerun_v1", "rerun_runs_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
+               "pause_backfill_v1",
                "resume_backfill_v1", "cancel_backfill_v1", "record_backfill_verify_v1"):
         allowed = scalar(logins.admin, "SELECT bool_or(has_function_privilege(%s, p.oid, 'EXECUTE'))"
                                        " FROM pg_proc p WHERE p.proname = %s", (worker, fn))

@@ -42,6 +42,15 @@ VERIFY_DETAIL = {
     "checks": [],
 }
 
+# the one script of the pages (same origin, static/console.js): no other script, none inline
+CONSOLE_SCRIPT = '<script src="/static/console.js" defer></script>'
+
+
+def without_console_script(html: str) -> str:
+    """The page less its one script tag (at most once: a second one would stay, and fail)."""
+    return html.replace(CONSOLE_SCRIPT, "", 1)
+
+
 OPERATOR_TOKEN = "op-token-" + "0123456789abcdef"
 VIEWER_TOKEN = "view-token-" + "0123456789abcdef"
 
