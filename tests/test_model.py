@@ -492,6 +492,8 @@ class LoopModel(RuleBasedStateMachine):
         for i in (0, 1):
             if i not in self.runners.live():
                 self.runners.start(i)
+        # (a runner stopped before it registered dies of the signal: wait for both first)
+        eventually(self.runners.registered, timeout=60, message="both runners registered")
         new_jobs = json.loads(json.dumps(self.control["jobs"]))
         new_jobs[job]["every"] = every
         old_jobs = self.control["jobs"]
