@@ -17,6 +17,13 @@ def test_the_union_names_every_kind_of_the_registry_in_order() -> None:
     assert named == list(alerts.KINDS)
 
 
+def test_the_view_as_the_database_holds_it_reads_every_kind(db_url: str) -> None:
+    """The union as applied (a stray ';' between two branches leaves the file naming a kind
+    the view never reads: a merge once did)."""
+    definition = scalar(db_url, "SELECT pg_get_viewdef('runner.alerts'::regclass)")
+    assert re.findall(r"FROM runner\.alert_([a-z_]+)", definition) == list(alerts.KINDS)
+
+
 def test_every_kind_has_its_file_listed_before_the_union() -> None:
     live = sqlfiles.live_objects()
     on_disk = {p.name for p in (ROOT / "sql" / "views").glob("alert_*.sql")} - {"alert_jobs.sql"}

@@ -109,5 +109,6 @@ SELECT * FROM runner.alert_definition_conflict
 UNION ALL
 SELECT * FROM runner.alert_bad_setting
 UNION ALL
-SELECT * FROM runner.alert_copied_ledger;
+SELECT * FROM runner.alert_copied_ledger
+UNION ALL
 SELECT * FROM runner.alert_no_runner;
