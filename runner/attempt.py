@@ -75,7 +75,13 @@ def traceback_text(exc: BaseException, limit: int = TRACEBACK_LIMIT) -> str | No
     characters: the head line and the tail, the middle cut with a note of how much."""
     if exc.__traceback__ is None:
         return None
-    text = redact("".join(traceback.format_exception(exc)).replace("\x00", "\\x00"))
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:  # an exception whose formatting fails: the one line is still stored
+        return None
+    # valid UTF-8 (a lone surrogate from a handler's bytes would make the completer's write
+    # fail, and with it the completer: tests/test_worker.py::test_hostile_errors_are_stored_safely)
+    text = redact(text.replace("\x00", "\\x00").encode("utf-8", errors="replace").decode("utf-8"))
     if len(text) <= limit:
         return text
     head = text.split("\n", 1)[0][:200] + "\n"
