@@ -34,6 +34,7 @@ message says where); with ``RUNNER_MODEL_KEEP=1`` its database is kept too.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -191,7 +192,8 @@ class Runners:
             proc = self.procs[i]
             assert proc is not None
             if proc.proc.poll() is None:
-                os.kill(proc.proc.pid, signum)
+                with contextlib.suppress(ProcessLookupError):  # (it may end between the two)
+                    os.kill(proc.proc.pid, signum)
         self.frozen = signum == signal.SIGSTOP
 
     def supervise(self) -> None:
@@ -403,11 +405,15 @@ class LoopModel(RuleBasedStateMachine):
         ends its lock session and takes its runs over; then it wakes up."""
         self._note(f"freeze runner {i} for {seconds}s")
         pid = self.runners.pid(i)
-        os.kill(pid, signal.SIGSTOP)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:  # a handler's crash ended it meanwhile: the supervisor restarts it
+            return
         try:
             time.sleep(seconds)  # the hang itself
         finally:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     @precondition(lambda self: self.runners.live())
     @rule(i=st.integers(0, 1))
