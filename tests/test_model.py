@@ -504,7 +504,10 @@ class LoopModel(RuleBasedStateMachine):
         new_jobs[job]["every"] = every
         old_jobs = self.control["jobs"]
         self._write_control({0: new_jobs, 1: old_jobs})
-        began = self._db_now()
+        # (a starting runner claims the newest due slot of its own schedule: up to one new
+        # interval before it started; long tier seed 3690660704 ran 17:54:49 of every 1s, the
+        # rollout having begun at 17:54:49.5)
+        began = self._db_now() - timedelta(seconds=_every_seconds(every))
         self.runners.stop(0)
         self.runners.start(0)
         eventually(self.runners.registered, timeout=60, message="both versions registered")
