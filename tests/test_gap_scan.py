@@ -450,7 +450,8 @@ def test_a_probe_budget_is_shared_by_water_filling_over_the_jobs_behind(db_url: 
     (298 / 3 probes each), turned into a span by each job's rate: a job every minute with 10
     partitions moves 596 s; a job whose share is less than one slot (500 partitions) still
     moves one slot; a second such job, whose turn would pass the budget, is not taken and stays
-    behind. The answer is the same after every call, and the calls catch everything up."""
+    behind. The answer is the same after the calls (read every 25th and at the end), and the
+    calls catch everything up."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         start = T0
         sync(conn, now=start, dense={"every": "1m", "partitions": [f"p{i}" for i in range(10)]},
@@ -472,8 +473,11 @@ def test_a_probe_budget_is_shared_by_water_filling_over_the_jobs_behind(db_url: 
             moved, behind = bounded(conn, as_of, None, 300)
             calls += 1
             assert moved >= 1
-            with conn.transaction():
-                assert gaps(conn, as_of) == expected
+            # (the whole answer, 121,200 slot x partitions, every 25th call and at the end: read
+            # after each of the ~200 calls it made this the suite's longest test by minutes)
+            if calls % 25 == 0 or not behind:
+                with conn.transaction():
+                    assert gaps(conn, as_of) == expected
             if not behind:
                 break
             assert calls < 400
