@@ -120,8 +120,8 @@ def test_covered_is_one_rule_that_the_status_lists_and_the_gap_scan_agree_with(
     covers = dict(tx.execute("SELECT r.id, t.id FROM runner.job_runs r JOIN runner.job_runs t"
                              " ON t.job_name = r.job_name AND t.schedule_slot = r.coalesced_into_slot"
                              " WHERE r.job_name = 'j' AND r.status = 'coalesced'").fetchall())
-    flagged = {r[0] for r in tx.execute("SELECT run_id FROM runner.check_v1()"
-                                        " WHERE invariant = 'coalesced_into_nothing'")}
+    flagged = {r[0] for r in tx.execute("SELECT run_id FROM runner.check_v1(%s)"
+                                        " WHERE invariant = 'coalesced_into_nothing'", (as_of,))}
     # a run that does not cover its slot is listed by the gap scan, or its cover is listed (the
     # work that will cover it is in progress), or the audit flags a cover that cannot cover it
     not_covered = {i for i, covered in judged.items() if not covered}
