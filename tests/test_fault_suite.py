@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -154,7 +155,7 @@ def test_a_lost_ctx_db_connection_goes_back_to_the_pool(db_url: str) -> None:
 
     with ConnectionPool(db_url, min_size=0, max_size=1, open=True, timeout=2.0,
                         kwargs={"autocommit": True, "application_name": "runner-worker"}) as pool:
-        ctx = JobContext(None, None, pool)  # type: ignore[arg-type]  # _release needs only the pool
+        ctx = JobContext(SimpleNamespace(attempt=1), None, pool)  # type: ignore[arg-type]  # _release needs only the pool
         ctx.db.execute("SELECT 1")
         with psycopg.connect(db_url, autocommit=True) as killer:
             killer.execute("SELECT pg_terminate_backend(%s)", (ctx.db.info.backend_pid,))
