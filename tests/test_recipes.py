@@ -1,4 +1,4 @@
-"""The README's on-call queries ("On call: ten questions, ten queries") run, as the readonly
+"""The on-call queries (docs/how-to/on-call.md, "On call: ten questions, ten queries") run, as the readonly
 role, against a ledger made by a real `runner start` plus a few hand-made runs, and each
 answers its question: a renamed column or view breaks this test, not the on-call engineer."""
 
@@ -19,16 +19,17 @@ from pytest_postgresql.janitor import DatabaseJanitor
 from tests.conftest import SERVER, own_identity, url_for
 from tests.support import ROOT, RunnerProcess, eventually, run_cli, scalar
 
+PAGE = "docs/how-to/on-call.md"
 HEADING = "## On call: ten questions, ten queries"
 
 
 def recipes() -> list[tuple[int, str, str]]:
     """(number, question, query) for each fenced sql block under the heading."""
-    text = (ROOT / "README.md").read_text()
-    assert f"\n{HEADING}\n" in text, f"README.md has no section {HEADING!r}"
+    text = (ROOT / PAGE).read_text()
+    assert f"\n{HEADING}\n" in text, f"{PAGE} has no section {HEADING!r}"
     section = text.split(f"\n{HEADING}\n", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"^\*\*(\d+)\. (.+?)\*\*[^`]*?```sql\n(.*?)```", section, re.S | re.M)
-    assert section.count("```sql") == len(found), "every sql block needs its **N. question** line"
+    found = re.findall(r"^### (\d+)\. (.+?)\n[^`]*?```sql\n(.*?)```", section, re.S | re.M)
+    assert section.count("```sql") == len(found), "every sql block needs its ### N. question heading"
     return [(int(n), " ".join(q.split()), sql) for n, q, sql in found]
 
 
@@ -49,7 +50,7 @@ EXPECTED = {
 }
 
 
-def test_the_readme_has_ten_numbered_recipes() -> None:
+def test_the_on_call_page_has_ten_numbered_recipes() -> None:
     assert [n for n, _, _ in RECIPES] == list(range(1, 11))
 
 

@@ -42,7 +42,7 @@ def settlement_app() -> Runner:
 
 
 def test_run_once_records_the_run(runner_database: str) -> None:
-    """The README's example test."""
+    """The example test of docs/how-to/test-your-jobs.md."""
     with psycopg.connect(runner_database, autocommit=True) as conn:
         conn.execute("CREATE TABLE settlements (tenant text, business_date date, idem_key text)")
     app = settlement_app()

@@ -3,7 +3,7 @@
     python scripts/bench/backfill_lag.py [--slots 10000] [--live 20] [--rate 100]
         [--concurrency 8] [--processes 2] [--workers 10] [--poll-interval 1.0]
         [--baseline 30] [--work-ms 0] [--dsn postgresql://postgres@127.0.0.1/postgres]
-        [--results scripts/bench/RESULTS.md] [--json]
+        [--results docs/benchmarks-archive.md] [--json]
 
 One fresh scratch database (dropped afterwards). An app with ``--live`` jobs due every second
 (no-op handlers) and one job ``bulk`` due every minute. ``--processes`` ``runner start``

@@ -2,7 +2,7 @@
 
     python scripts/bench/lane_lag.py [--live 100] [--slots 10000] [--processes 2] [--bulk-processes 2]
         [--workers 10] [--concurrency 100] [--baseline 30] [--repeat 1]
-        [--dsn postgresql://postgres@127.0.0.1:5432/postgres] [--results scripts/bench/RESULTS.md] [--json]
+        [--dsn postgresql://postgres@127.0.0.1:5432/postgres] [--results docs/benchmarks-archive.md] [--json]
 
 One scratch database (dropped afterwards), an app with ``--live`` no-op jobs due every second
 and one job ``hist`` due every minute. Per round, two set-ups, each measured with and without

@@ -17,7 +17,7 @@ advanced once. Then, on that ledger:
     --partitions partitions (runs/s from the ledger, as scripts/bench/runner_throughput.py);
   * live lag: --lag-jobs jobs every second on two `runner start` processes for --lag-seconds,
     p99 of attempt start - slot instant from the ledger (as scripts/bench/runner_lag.py);
-  * the on-call recipes: each fenced query of the README's "On call: ten questions, ten
+  * the on-call recipes: each fenced query of docs/how-to/on-call.md's "On call: ten questions, ten
     queries", as run by an operator (median of --repeat);
   * churn: the dead tuples the claim and lag phases left in runner.job_runs and
     runner.attempts (pg_stat_user_tables; whether autovacuum ran), the size of the hot
@@ -114,10 +114,10 @@ RUNNING = "SELECT count(*) FROM runner.job_runs WHERE status = 'running' AND job
 
 
 def recipes() -> list[tuple[int, str]]:
-    """(number, query) of each fenced sql block in the README's on-call section."""
-    text = (ROOT / "README.md").read_text()
+    """(number, query) of each fenced sql block of the on-call recipes (docs/how-to/on-call.md)."""
+    text = (ROOT / "docs" / "how-to" / "on-call.md").read_text()
     section = text.split("\n## On call: ten questions, ten queries\n", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"^\*\*(\d+)\. .+?\*\*[^`]*?```sql\n(.*?)```", section, re.S | re.M)
+    found = re.findall(r"^### (\d+)\. .+?\n[^`]*?```sql\n(.*?)```", section, re.S | re.M)
     return [(int(n), q) for n, q in found]
 
 

@@ -546,15 +546,15 @@ def test_a_token_file_names_each_person_and_their_role(ledger: Ledger, tmp_path:
     assert (user.name, user.role) == ("operator", "operator")
 
 
-def test_the_readme_documents_the_console_its_screenshot_and_every_api_route() -> None:
+def test_the_docs_document_the_console_its_screenshot_and_every_api_route() -> None:
     from starlette.routing import Route
 
     from tests.support import ROOT
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Operator console"):text.index("## On call")]
-    shot = re.search(r"!\[[^]]*\]\((docs/[^)]+\.png)\)", section)
-    assert shot and (ROOT / shot.group(1)).stat().st_size > 10_000, "no screenshot of the console"
+    page = ROOT / "docs" / "how-to" / "console.md"
+    section = page.read_text(encoding="utf-8")
+    shot = re.search(r"!\[[^]]*\]\(([^)]+\.png)\)", section)
+    assert shot and (page.parent / shot.group(1)).stat().st_size > 10_000, "no screenshot of the console"
     creds = auth.credentials(environ={"RUNNER_WEB_TOKEN": OPERATOR_TOKEN})
     web = create_app(WebConfig(database_url="postgresql://unused", read_database_url=None, credentials=creds))
     routes = {r.path.replace("{run_id:int}", "N").replace("{plan_id:int}", "N").replace("{action}", "NAME")
