@@ -8,7 +8,16 @@ and calls the registry's act, i.e. the audited database function; the console
 (runner/web/actions.py) serves the same actions. ``_dispatches`` marks those commands
 (tests/test_actions.py: the marked commands are exactly the registry's actions).
 
-Exit codes: 0 ok, 1 error (one line on stderr, nothing written), 2 usage.
+Exit codes (docs/reference/exit-codes.md is generated from this list and checked against
+every exit in this file):
+
+* 0: done; ``runner check``: no violation found
+* 1: an error: one line on stderr, nothing written; ``runner check``: violations found
+* 2: a usage error: a bad option value, a missing option or argument, an unknown command
+  (one line on stderr, nothing written)
+* 3: ``runner web`` could not start serving (e.g. its address is in use; the server logged why)
+* 130: interrupted (Ctrl-C) before the command finished (``runner start`` and ``runner web``
+  stop cleanly on SIGINT or SIGTERM instead, and exit 0)
 """
 
 from __future__ import annotations
