@@ -66,6 +66,7 @@ from runner.settings import redact
 from runner.sqlfiles import queries
 from runner.web import actions, auth, charts, openapi, reads
 from runner.web.auth import User
+from runner.web.openapi import ACTION_ROUTES, API_READS
 
 log = logging.getLogger("runner.web")
 QW = queries("web")
@@ -82,35 +83,6 @@ SECURITY_HEADERS = {
     "permissions-policy": "camera=(), microphone=(), geolocation=()",
 }
 MAX_BODY = 64 * 1024
-# the JSON API's reads: path -> the read of page_reads it answers with (whoami and openapi are
-# their own); GET only. The OpenAPI document (runner/web/openapi.py) is built from this table.
-API_READS: tuple[tuple[str, str], ...] = (
-    ("/api/whoami", "whoami"),
-    ("/api/openapi.json", "openapi"),
-    ("/api/jobs", "jobs"),
-    ("/api/job", "job"),
-    ("/api/runs", "runs"),
-    ("/api/runs/{run_id:int}", "run"),
-    ("/api/gaps", "gaps"),
-    ("/api/backfills", "backfills"),
-    ("/api/backfills/{plan_id:int}", "backfill"),
-    ("/api/alerts", "alerts"),
-    ("/api/requests", "requests"),
-    ("/api/runners", "runners"),
-)
-# short paths of some actions (each is also POST /api/actions/NAME); a {plan_id} in the path
-# is the body's plan_id
-ACTION_ROUTES: tuple[tuple[str, str], ...] = (
-    ("/api/runs/rerun", "rerun"),
-    ("/api/runs/approve", "approve"),
-    ("/api/runs/skip", "skip"),
-    ("/api/jobs/pause", "pause"),
-    ("/api/jobs/resume", "resume"),
-    ("/api/backfills", "backfill"),
-    ("/api/backfills/{plan_id:int}/pause", "backfill_pause"),
-    ("/api/backfills/{plan_id:int}/resume", "backfill_resume"),
-    ("/api/backfills/{plan_id:int}/cancel", "backfill_cancel"),
-)
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 

@@ -1,12 +1,13 @@
 """The OpenAPI 3 document of the console's JSON API, served at ``GET /api/openapi.json``.
 
-Built from what serves the API, so it cannot name a route or a parameter that is not there:
+Built from what serves the API, so it cannot name a route or a parameter that is not there
+(runner/web/app.py makes its /api/ routes from the two tables below):
 
 * the actions: one ``POST /api/actions/NAME`` per action of the registry (runner/actions.py),
   its JSON body the action's console parameters (``Param.web``) with their kinds, bounds,
   defaults and help, plus ``reason`` and ``dry_run``; and the short paths of some of them
-  (``ACTION_ROUTES`` of runner/web/app.py, e.g. ``POST /api/runs/rerun``);
-* the reads: ``API_READS`` of runner/web/app.py (path -> the page read it answers with); the
+  (``ACTION_ROUTES`` below, e.g. ``POST /api/runs/rerun``);
+* the reads: ``API_READS`` below (path -> the page read it answers with); the
   query parameters of each read are listed here (``READ_QUERY``), and
   tests/test_reference.py checks them against what ``page_reads`` takes from a request.
 
@@ -45,7 +46,7 @@ ERROR_STATUSES = {
 
 TIME = {"type": "string", "format": "date-time", "description": "ISO 8601 with a UTC offset"}
 
-# path parameters and query parameters of each read of API_READS (runner/web/app.py), by read
+# path parameters and query parameters of each read of API_READS (below), by read
 # name: (name, where, schema, required, description)
 READ_QUERY: dict[str, tuple[tuple[str, str, dict[str, Any], bool, str], ...]] = {
     "whoami": (),
@@ -113,6 +114,36 @@ READ_SUMMARY = {
     "runners": "the runner processes (runner.instances), the live ones first",
     "openapi": "this document",
 }
+
+# The JSON API's paths, which runner/web/app.py makes its /api/ routes from. The reads: path ->
+# the read of page_reads it answers with (whoami and openapi are their own); GET only.
+API_READS: tuple[tuple[str, str], ...] = (
+    ("/api/whoami", "whoami"),
+    ("/api/openapi.json", "openapi"),
+    ("/api/jobs", "jobs"),
+    ("/api/job", "job"),
+    ("/api/runs", "runs"),
+    ("/api/runs/{run_id:int}", "run"),
+    ("/api/gaps", "gaps"),
+    ("/api/backfills", "backfills"),
+    ("/api/backfills/{plan_id:int}", "backfill"),
+    ("/api/alerts", "alerts"),
+    ("/api/requests", "requests"),
+    ("/api/runners", "runners"),
+)
+# short paths of some actions (each is also POST /api/actions/NAME); a {plan_id} in the path
+# is the body's plan_id
+ACTION_ROUTES: tuple[tuple[str, str], ...] = (
+    ("/api/runs/rerun", "rerun"),
+    ("/api/runs/approve", "approve"),
+    ("/api/runs/skip", "skip"),
+    ("/api/jobs/pause", "pause"),
+    ("/api/jobs/resume", "resume"),
+    ("/api/backfills", "backfill"),
+    ("/api/backfills/{plan_id:int}/pause", "backfill_pause"),
+    ("/api/backfills/{plan_id:int}/resume", "backfill_resume"),
+    ("/api/backfills/{plan_id:int}/cancel", "backfill_cancel"),
+)
 
 LEDGER_HEADERS = {
     "X-Runner-Ledger-As-Of": {
@@ -229,8 +260,6 @@ def _read_operation(name: str) -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document (a JSON-able dict; the same for every console of this code)."""
-    from runner.web.app import ACTION_ROUTES, API_READS
-
     paths: dict[str, dict[str, Any]] = {}
     for path, name in API_READS:
         paths.setdefault(_openapi_path(path), {})["get"] = _read_operation(name)
