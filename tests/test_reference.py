@@ -111,6 +111,14 @@ def test_every_command_and_option_of_the_cli_is_in_cli_md() -> None:
                 assert f"`{p.name.upper()}`" in own, f"{path} {p.name.upper()}: {REGENERATE}"
 
 
+def test_every_command_option_and_argument_of_the_cli_says_what_it_is() -> None:
+    """The reference shows each one's help: a command, option or argument without one would be
+    a bare name there."""
+    bare = [f"{path} {p.opts[0]}" for path, cmd in cli_tree() for p in cmd.params if not (p.help or "").strip()]
+    bare += [path for path, cmd in cli_tree() if not (cmd.help or "").strip()]
+    assert not bare, f"no help text: {bare}"
+
+
 def test_every_metric_of_the_registry_is_in_metrics_md(db_url: str) -> None:
     from runner.metrics import LedgerCollector, Metrics
 
