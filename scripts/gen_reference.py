@@ -533,6 +533,7 @@ ORDER BY c.relname
 FUNCTIONS = """
 SELECT p.proname AS name, pg_get_function_arguments(p.oid) AS arguments,
        pg_get_function_result(p.oid) AS result, p.prosecdef AS definer,
+       pg_get_userbyid(p.proowner) AS owner,
        bool_or(g.rolname = %(readonly)s) AS readonly, bool_or(g.rolname = %(operator)s) AS operator
 FROM pg_proc p
 JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -603,7 +604,8 @@ def sql_page(url: str, roles: dict[str, str]) -> str:
         if who == "readonly":
             body += ["The operator role may call these too.", ""]
         for f in rows:
-            definer = " (SECURITY DEFINER: runs as the schema owner)" if f["definer"] else ""
+            runs_as = "the condition role" if f["owner"] == roles["condition"] else "the schema owner"
+            definer = f" (SECURITY DEFINER: runs as {runs_as})" if f["definer"] else ""
             body += [f"### runner.{f['name']}", "",
                      code(f"runner.{f['name']}({f['arguments']}) RETURNS {f['result']}") + definer, "",
                      *entry(f["name"])]
@@ -644,7 +646,8 @@ def api_page() -> str:
             "## Authentication", ""]
     for name, scheme in sorted(doc["components"]["securitySchemes"].items()):
         body.append(f"- {code(name)}: {cell(scheme['description'])}")
-    body += [""] + [f"- {code(t['name'])}: {cell(t['description'])}" for t in doc["tags"]]
+    body += ["", "What each kind of endpoint needs:", ""]
+    body += [f"- {code(t['name'])}: {cell(t['description'])}" for t in doc["tags"]]
     body += ["", "Every error is a JSON object `{\"error\": \"one line\"}` with its status:", ""]
     body += table(["status", "when"], [[code(k), cell(v)] for k, v in sorted(openapi.ERROR_STATUSES.items())])
     body += ["", "## Endpoints", ""]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from tests.conftest import url_for
 from tests.support import ROOT
@@ -282,7 +281,6 @@ def resolve(doc: dict[str, Any], node: Any) -> None:
             resolve(doc, value)
 
 
-@pytest.mark.slow
 def test_runner_web_serves_its_openapi_document_behind_the_reads_auth(db_url: str, tmp_path: Path) -> None:
     from runner import actions
     from runner.web import app as web_app
@@ -330,6 +328,20 @@ def test_runner_web_serves_its_openapi_document_behind_the_reads_auth(db_url: st
         shown = re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
         for method in methods:
             assert method.lower() in doc["paths"].get(shown, {}), f"{method} {path} is not in the document"
+
+
+def test_with_open_reads_anyone_may_read_the_document_as_they_may_read_the_pages(db_url: str) -> None:
+    from starlette.testclient import TestClient
+
+    from runner.web import app as web_app
+    from runner.web import auth
+
+    creds = auth.credentials(open_reads=True, environ={})
+    config = web_app.WebConfig(database_url=db_url, read_database_url=None, credentials=creds)
+    with TestClient(web_app.create_app(config), base_url="http://localhost") as client:
+        answer = client.get("/api/openapi.json")
+        assert answer.status_code == 200 and answer.json()["paths"]
+        assert client.get("/api/jobs").status_code == 200
 
 
 def test_the_documents_query_parameters_are_the_ones_page_reads_take() -> None:
