@@ -133,7 +133,63 @@ class Runner:
         window: str | int | float | timedelta | Callable[[datetime], tuple[datetime, datetime]] | None = None,
         retention: str | int | float | timedelta | dict[str, Any] | None = None,
     ) -> Callable[[Handler], Handler]:
-        """Register the decorated function as the handler of job ``name``."""
+        """Register the decorated function as the handler of job ``name`` (a non-empty name of
+        at most 200 characters, no control characters, unique in the app). Every option is
+        checked here: a bad one raises JobDefinitionError naming the job and the option.
+
+        Options (docs/reference/jobs.md is generated from this list: one entry per parameter):
+
+            cron: a cron expression (5 fields, names, ranges, steps, lists, ``@daily`` ...)
+                read in ``timezone``; give ``cron`` or ``every``, not both.
+            every: a fixed interval (``"30s"``, ``"5m"``, ``"1h"``, seconds or a timedelta):
+                slots at whole multiples of it since the Unix epoch.
+            timezone: the IANA zone ``cron`` is read in (default UTC).
+            partitions: the partition keys of every slot (a list of str or int, unique, not
+                empty), or a callable of the slot returning them (dynamic partitions); one
+                run per slot x partition. None: one run per slot.
+            max_attempts: attempts a run gets before it is ``dead`` (at least 1).
+            version: part of the idempotency key (job + business window + partition +
+                version); change it when the handler's output for a window changes.
+            backoff: the delay before a retry: ``"10s"`` (the base), or ``{"base", "factor",
+                "cap", "jitter"}``, or a Backoff (default: 10 s doubling up to 1 h, +/- 20 %).
+            permanent: exception types that send a run straight to ``dead`` with no retry
+                (as ``runner.Permanent`` does).
+            owner: who answers for the job: named in its alerts.
+            paused: register the job paused (no new runs until ``runner resume``); the
+                ledger's pause state is an operator's after the first registration.
+            track_from: an aware datetime from which the gap scan and the misfire duty
+                expect the job's slots (default: its first registration).
+            timeout: the longest an attempt's handler may run, counted from its start; past
+                it the attempt is given up (``ctx.heartbeat()`` raises AttemptTimedOut, a
+                statement on ``ctx.db`` is cancelled). None: no limit.
+            lease: the heartbeat age past which a silent owner's lock session is ended and its
+                run taken over by another runner (at least 1 s).
+            misfire: what happens to slots not started within ``grace`` of their instant: a
+                policy (``coalesce``, ``skip``, ``replay``, ``manual``: see the misfire
+                policies) or tiers by lateness (``tiers(...)``, or the list of its items).
+            grace: how long after its instant a slot may start and still count as on time.
+            max_catch_up: with ``misfire="replay"``: the newest late slots that run (the
+                others are held awaiting approval).
+            max_catch_up_age: with ``misfire="replay"``: late slots older than this are held
+                too. None: no age limit.
+            stale_after: the ``stale`` alert fires when the job's last success is older than
+                this. None: no such alert.
+            overlap: a slot due while the previous run of the same partition still runs:
+                ``allow`` (both run), ``skip`` (recorded skipped, with the reason) or ``wait``.
+            lane: the lane of the job's live slots (1 to 40 of a-z, 0-9 and _, starting with a
+                letter); reruns, catch-ups and backfills have lanes of their own.
+            verify: a results check for backfills: verification kinds (runner.verification:
+                count, checksum, sample_keys, residual), a SQL string with the placeholders
+                window_start, window_end and partition, or a callable (conn, window_start,
+                window_end, partition).
+            min_passing: with a list of verification kinds: how many must pass (default 2,
+                at most the number of kinds).
+            window: the business window of a slot: a length (``[slot - length, slot)``) or a
+                callable of the slot returning (start, end). None: ``[previous slot, slot)``.
+            retention: how long the job's runs are kept before retention deletes them:
+                ``"30d"``, or ``{"succeeded": "30d", "failed": "180d"}`` (each at least 1 hour).
+                None: the runner's ``--retention-default``, else forever.
+        """
         job = self._define(
             name,
             cron=cron,

@@ -8,7 +8,16 @@ and calls the registry's act, i.e. the audited database function; the console
 (runner/web/actions.py) serves the same actions. ``_dispatches`` marks those commands
 (tests/test_actions.py: the marked commands are exactly the registry's actions).
 
-Exit codes: 0 ok, 1 error (one line on stderr, nothing written), 2 usage.
+Exit codes (docs/reference/exit-codes.md is generated from this list and checked against
+every exit in this file):
+
+* 0: done; ``runner check``: no violation found
+* 1: an error: one line on stderr, nothing written; ``runner check``: violations found
+* 2: a usage error: a bad option value, a missing option or argument, an unknown command
+  (one line on stderr, nothing written)
+* 3: ``runner web`` could not start serving (e.g. its address is in use; the server logged why)
+* 130: interrupted (Ctrl-C) before the command finished (``runner start`` and ``runner web``
+  stop cleanly on SIGINT or SIGTERM instead, and exit 0)
 """
 
 from __future__ import annotations
@@ -231,9 +240,13 @@ AttemptsOpt = Annotated[str | None, typer.Option(
     help="how many times the migration is tried before it fails, nothing applied (default 3)")]
 
 
+RevisionOpt = Annotated[str, typer.Option(
+    help="the alembic revision to migrate to (head: this runner's newest)")]
+
+
 @db_app.command("upgrade")
-def db_upgrade(database_url: DbOpt = None, revision: str = "head", lock_timeout: LockTimeoutOpt = None,
-               attempts: AttemptsOpt = None) -> None:
+def db_upgrade(database_url: DbOpt = None, revision: RevisionOpt = "head",
+               lock_timeout: LockTimeoutOpt = None, attempts: AttemptsOpt = None) -> None:
     """Migrate the runner schema to head (idempotent), in one transaction. Each statement
     waits at most --lock-timeout for a lock; the migration is then rolled back and tried again,
     --attempts times in all, and fails with one line, nothing applied."""
@@ -248,7 +261,8 @@ def db_upgrade(database_url: DbOpt = None, revision: str = "head", lock_timeout:
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument()], database_url: DbOpt = None,
+def db_downgrade(revision: Annotated[str, typer.Argument(help="the revision to migrate down to")],
+                 database_url: DbOpt = None,
                  lock_timeout: LockTimeoutOpt = None, attempts: AttemptsOpt = None) -> None:
     """Migrate the runner schema down to REVISION ('base' removes it); locks as for upgrade."""
     with _errors():
@@ -282,7 +296,7 @@ def db_current(database_url: DbOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @db_app.command("sql")
-def db_sql(revision: str = "head") -> None:
+def db_sql(revision: RevisionOpt = "head") -> None:
     """Print the migration SQL for review (needs no database)."""
     with _errors():
         typer.echo(migrate.offline_sql(revision), nl=False)
@@ -529,7 +543,7 @@ def runs(
     partition: Annotated[str | None, typer.Option(help="only this partition key")] = None,
     since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
     until: Annotated[str | None, typer.Option(help="slots before (ISO 8601)")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=100000, help="runs shown at most")] = 50,
     show: Annotated[int | None, typer.Option(
         "--show", min=1, help="one run in full: its facts and last checkpoint, then each attempt "
                               "with its error, traceback and the handler's last heartbeat")] = None,
@@ -568,7 +582,7 @@ def gaps(
     database_url: DbOpt = None,
     job: Annotated[str | None, typer.Option(help="only this job")] = None,
     since: Annotated[str | None, typer.Option(help="slots at or after (ISO 8601)")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000000)] = 1000,
+    limit: Annotated[int, typer.Option(min=1, max=1000000, help="gaps shown at most")] = 1000,
     as_json: JsonOpt = False,
 ) -> None:
     """Expected slots with no successful run (runner.missing_slots), oldest first."""
@@ -1235,7 +1249,7 @@ def backfill_create(
 def backfill_list(
     job: Annotated[str | None, typer.Option(help="only this job's plans")] = None,
     status: Annotated[list[str] | None, typer.Option(help="only these statuses (repeatable)")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=100000)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=100000, help="plans shown at most")] = 50,
     as_json: JsonOpt = False,
     database_url: DbOpt = None,
 ) -> None:

@@ -77,43 +77,64 @@ class RunContext:
         self.last_heartbeat = {"at": datetime.now(UTC).isoformat(timespec="seconds"),
                                "processed": self.processed, "failed": self.failed, "beats": beats}
 
-    job_name = property(lambda self: self._run.job_name)
-    run_id = property(lambda self: self._run.id)
+    @property
+    def job_name(self) -> str:
+        """The job's name."""
+        return self._run.job_name
+
+    @property
+    def run_id(self) -> int:
+        """The run's id (``runner.job_runs.id``): the same for every attempt of the run."""
+        return self._run.id
 
     @property
     def slot(self) -> datetime:
+        """The slot: the instant the schedule fired for this run (aware, UTC), not when the
+        run started."""
         return self._run.slot
 
     @property
     def window_start(self) -> datetime:
+        """The start of the run's business window (inclusive): by default the previous slot;
+        earlier when a coalesced run covers several late slots."""
         return self._run.window_start
 
     @property
     def window_end(self) -> datetime:
+        """The end of the run's business window (exclusive): by default the slot itself."""
         return self._run.window_end
 
     @property
     def business_date(self) -> date:
+        """The business date: the local date, in the job's time zone, of ``window_start`` (the
+        02:00 run of a daily job settles the day before)."""
         return self._run.business_date
 
     @property
     def partition(self) -> str:
+        """The run's partition key ('' when the job is not partitioned)."""
         return self._run.partition_key
 
     @property
     def idempotency_key(self) -> str:
+        """A key naming the unit of work (job, business window, partition, version): the same
+        for every attempt and every rerun of it; give it to systems that deduplicate."""
         return self._run.idempotency_key
 
     @property
     def fence(self) -> int:
+        """The attempt's fence: it grows with every new attempt of the run; a write checked
+        against it is refused once a newer attempt exists."""
         return self._run.fence
 
     @property
     def attempt(self) -> int:
+        """The attempt's number, 1 for the first (a retry or a takeover is the next)."""
         return self._run.attempt
 
     @property
     def trigger(self) -> str:
+        """Why the run exists: schedule, catch_up, retry, recovery, manual or backfill."""
         return self._run.trigger
 
     @property

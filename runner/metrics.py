@@ -13,7 +13,7 @@ grows without bound:
 * ``job_name``: the jobs the application defines (for the ledger-read metrics, the jobs the
   ledger knows: retired jobs included, as many as were ever defined);
 * ``trigger``: six values (schedule catch_up retry recovery manual backfill);
-* ``status``: six values (succeeded failed dead timed_out released refused);
+* ``status``: the attempt outcomes of ``STATUSES`` (seven values);
 * ``duty``: the loop's duty names (a dozen, fixed in runner/loop.py);
 * ``plan``: at most ``MAX_PLANS`` backfill plans at a time (below), with ``cause`` (five
   values) and the plan ``status`` (six values).
@@ -21,56 +21,19 @@ grows without bound:
 An *attempt* is one execution of a run (a run is one job x slot x partition; a retry or a
 takeover is a new attempt of the same run): the counters count attempts, and say so.
 
-| metric | type | labels |
-|---|---|---|
-| runner_attempts_started_total | counter | job_name, trigger |
-| runner_attempts_completed_total | counter | job_name, status (succeeded failed dead timed_out released |
-| | | refused) |
-| runner_run_duration_seconds | histogram | job_name (one attempt's handler, 10 ms to 6 h buckets) |
-| runner_schedule_lag_seconds | histogram | job_name (attempt start minus slot instant) |
-| runner_claim_conflicts_total | counter | job_name |
-| runner_takeovers_total | counter | job_name (attempts abandoned by a lost owner, taken over here) |
-| runner_last_success_timestamp_seconds | gauge | job_name (when this process last recorded one) |
-| runner_duty_failures_total | counter | duty |
-| runner_inflight_runs | gauge | |
+**From the ledger** (``LedgerCollector``, on a process started with ``--metrics-port``): the
+job and backfill figures are read when scraped (at most once a second, whatever the scrape
+rate, on a connection of their own with a 2 s statement timeout), so every process reports
+the same fleet-wide values: aggregate them with ``max by (...)``, not ``sum``; the live lag
+of a running plan is the process's own. A plan's id grows without bound over the months, so
+only the plans not finished and those finished in the last ``FINISHED_KEEP`` seconds (10
+minutes: long enough for a scrape to see the end) are reported, at most ``MAX_PLANS`` of
+them, newest first; a finished plan's series then disappear from the endpoint by themselves
+(there is nothing to remove). ``runner_ledger_metrics_up`` is 0 when the ledger could not be
+read for a scrape: then none of the ledger-read metrics is reported.
 
-**From the ledger** (``LedgerCollector``, on a process started with ``--metrics-port``):
-read when scraped (at most once a second, whatever the scrape rate, on a connection of its
-own with a 2 s statement timeout), so every process reports the same fleet-wide values —
-aggregate them with ``max by (...)``, not ``sum``:
-
-| metric | type | labels |
-|---|---|---|
-| runner_slot_after_last_success_timestamp_seconds | gauge | job_name (the slot after the newest |
-| | | succeeded slot of the job, any partition: due and not succeeded once it is past; when |
-| | | none of the job's newest ``SUCCESS_WINDOW`` runs succeeded, the oldest of their slots) |
-| runner_effects_resent | gauge | job_name (side effects sent more than once, now in the ledger) |
-| runner_runs_dead | gauge | job_name (dead runs now: no attempt left, until an operator acts) |
-
-**Backfill plans** (the same ``LedgerCollector`` and read): fleet-wide too — aggregate them
-with ``max by (plan)`` — except the live lag, which is the process's own. Labelled by ``plan``
-(the plan's id) and ``job_name``: a plan's id
-grows without bound over the months, so only the plans not finished and those finished in
-the last ``FINISHED_KEEP`` seconds (10 minutes: long enough for a scrape to see the end) are
-reported, at most ``MAX_PLANS`` of them, newest first; a finished plan's series then
-disappear from the endpoint by themselves (there is nothing to remove).
-
-| metric | type | labels |
-|---|---|---|
-| runner_backfill_expected_runs | gauge | plan, job_name |
-| runner_backfill_remaining_runs | gauge | plan, job_name (pending, running or waiting for a retry) |
-| runner_backfill_runs_per_second | gauge | plan, job_name (runs finished in the last minute, per second) |
-| runner_backfill_eta_seconds | gauge | plan, job_name (remaining / rate; absent while the rate is 0) |
-| runner_backfill_failures | gauge | plan, job_name (failed or dead runs now) |
-| runner_backfill_pauses_total | counter | plan, job_name, cause (max_failures, condition, condition_error, |
-| | | operator, other) |
-| runner_backfill_paused | gauge | plan, job_name, cause (1 while paused) |
-| runner_backfill_status | gauge | plan, job_name, status (1 for the plan's status) |
-| runner_backfill_verified | gauge | plan, job_name (1 passed, 0 failed or error; absent before) |
-| runner_backfill_live_lag_seconds | gauge | plan, job_name (this process's p99 start lag of live slots |
-| | | in the last minute, while the plan runs) |
-| runner_ledger_metrics_up | gauge | (0 when the ledger could not be read for this scrape: then none |
-| | | of the ledger-read metrics above is reported) |
+Every metric, its type, labels and help: docs/reference/metrics.md, generated from this
+module (scripts/gen_reference.py).
 """
 
 from __future__ import annotations

@@ -64,8 +64,9 @@ from runner.actions import parse_time
 from runner.app import Runner
 from runner.settings import redact
 from runner.sqlfiles import queries
-from runner.web import actions, auth, charts, reads
+from runner.web import actions, auth, charts, openapi, reads
 from runner.web.auth import User
+from runner.web.openapi import ACTION_ROUTES, API_READS
 
 log = logging.getLogger("runner.web")
 QW = queries("web")
@@ -715,6 +716,12 @@ def create_app(config: WebConfig) -> Starlette:
         return JSONResponse({"name": user.name, "role": user.role, "who": user.who,
                              "actions": console.act_pool is not None and user.can_act})
 
+    async def api_document(request: Request) -> Response:
+        """GET /api/openapi.json: behind the reads' authentication (runner/web/openapi.py says why)."""
+        if await console.user(request, api=True) is None:
+            return _api_error(401, "authentication required: Authorization: Bearer <token>")
+        return JSONResponse(openapi.document())
+
     routes = [
         Route("/", page("jobs", "jobs.html")),
         Route("/job", page("job", "job.html")),
@@ -732,27 +739,10 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/logout", logout, methods=["POST"]),
         Route("/actions/{action}", action_page, methods=["GET"]),
         Route("/actions/{action}", action_post, methods=["POST"]),
-        Route("/api/whoami", whoami),
-        Route("/api/jobs", api_read("jobs")),
-        Route("/api/job", api_read("job")),
-        Route("/api/runs", api_read("runs"), methods=["GET"]),
-        Route("/api/runs/{run_id:int}", api_read("run")),
-        Route("/api/gaps", api_read("gaps")),
-        Route("/api/backfills", api_read("backfills"), methods=["GET"]),
-        Route("/api/backfills/{plan_id:int}", api_read("backfill")),
-        Route("/api/alerts", api_read("alerts")),
-        Route("/api/requests", api_read("requests")),
-        Route("/api/runners", api_read("runners")),
+        *(Route(path, {"whoami": whoami, "openapi": api_document}.get(name) or api_read(name),
+                methods=["GET"]) for path, name in API_READS),
         Route("/api/actions/{action}", api_action(), methods=["POST"]),
-        Route("/api/runs/rerun", api_action("rerun"), methods=["POST"]),
-        Route("/api/runs/approve", api_action("approve"), methods=["POST"]),
-        Route("/api/runs/skip", api_action("skip"), methods=["POST"]),
-        Route("/api/jobs/pause", api_action("pause"), methods=["POST"]),
-        Route("/api/jobs/resume", api_action("resume"), methods=["POST"]),
-        Route("/api/backfills", api_action("backfill"), methods=["POST"]),
-        Route("/api/backfills/{plan_id:int}/pause", api_action("backfill_pause"), methods=["POST"]),
-        Route("/api/backfills/{plan_id:int}/resume", api_action("backfill_resume"), methods=["POST"]),
-        Route("/api/backfills/{plan_id:int}/cancel", api_action("backfill_cancel"), methods=["POST"]),
+        *(Route(path, api_action(name), methods=["POST"]) for path, name in ACTION_ROUTES),
         Mount("/static", StaticFiles(packages=[("runner.web", "static")]), name="static"),
     ]
     async def throttled(request: Request, exc: Exception) -> Response:
