@@ -49,7 +49,7 @@ Work since that checkpoint (none, when the handoff came from ``checkpoint``) rol
 
 **Cost.** One checkpoint is one function call and one commit on the handler's connection
 (the commit waits for the WAL flush): ``scripts/bench/checkpoint_cost.py`` measures it;
-README ("Long jobs: checkpoints") has the figure.
+docs/how-to/long-jobs.md has the figure.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ the URL with one line that says what to use. A second connection that waits ``PR
 seconds for a backend (a full session pool; a transaction pool hands it the idle ``mine`` at
 once) is cut off, and proves nothing. It cannot prove the opposite: a pool of more idle
 servers than ``PROBES``, reused in an order other than PgBouncer's, or kept busy by other
-clients throughout, can hide a transaction pool from it (README, "Connection poolers"). It
+clients throughout, can hide a transaction pool from it (docs/how-to/poolers.md). It
 costs two short connections (``check_url``: the checked one is the check's own, never the
 lock session, which a cut during the check would send back into its reconnect backoff) and
 ``PROBES + 2`` short statements, or one statement where the connection is proven direct
@@ -55,7 +55,7 @@ REFUSAL = (
     "{what} reaches PostgreSQL through a pooler in transaction or statement mode (its server "
     "backend is shared with other clients between transactions): advisory locks and prepared "
     "statements need a session of their own; use a direct URL or a session-mode pool (PgBouncer "
-    "pool_mode = session), see README \"Connection poolers\""
+    "pool_mode = session), see docs/how-to/poolers.md"
 )
 
 

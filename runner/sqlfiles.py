@@ -5,7 +5,7 @@ next such line is that statement. ``queries("ledger")`` returns them as a mappin
 once. Python code holds no SQL literals beyond trivial ones: it names a statement and passes
 parameters.
 
-The schema is two kinds of SQL (README, "Architecture"):
+The schema is two kinds of SQL (docs/explanation/architecture.md):
 
 * *schema steps*, sql/schema/NNNN_name.sql (and .down.sql), applied by the numbered alembic
   revision of the same name under migrations/versions: tables, indexes, constraints and data.
