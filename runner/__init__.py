@@ -1,6 +1,6 @@
 """runner: a PostgreSQL-native scheduled-job runner that proves every slot ran once.
 
-The public names only; see docs/explanation/guarantees.md for the guarantees. Also public: ``app.running(...)``
+The public names only (the guarantees: docs/explanation/guarantees.md). Also public: ``app.running(...)``
 (the runner inside the application, an ``InProcessRunner``) and the module ``runner.testing``
 (``run_once``, ``fresh_database``; the pytest fixture in ``runner.pytest_plugin``).
 """
