@@ -117,7 +117,6 @@ postgresql_server = factories.postgresql_noproc(
     host=SERVER["host"], port=SERVER["port"], user=SERVER["user"],
     password=SERVER["password"], dbname=f"runner_test_{os.getpid()}", load=[_migrate_template],
 )
-postgresql = factories.postgresql("postgresql_server")
 
 
 # A database cloned from the migrated template is a copy of it (runner/copies.py: a new
@@ -137,12 +136,29 @@ def own_identity(url: str) -> None:
         conn.execute(OWN_IDENTITY)
 
 
+@pytest.fixture(scope="session")
+def clone_pool(postgresql_server: Any) -> Iterator[Any]:
+    """This test process's clones of the migrated template, made ahead and dropped behind
+    (tests/clonepool.py)."""
+    from tests.clonepool import ClonePool
+
+    pool = ClonePool(url_for("postgres"), postgresql_server.template_dbname, f"runner_test_{os.getpid()}",
+                     url_for, own_identity)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture
-def db_url(postgresql: psycopg.Connection[Any]) -> str:
-    """A fresh database cloned from the migrated template (conninfo string)."""
-    postgresql.execute(OWN_IDENTITY)
-    postgresql.commit()
-    return url_for(postgresql.info.dbname)
+def db_url(clone_pool: Any) -> Iterator[str]:
+    """A fresh database cloned from the migrated template (conninfo string), used by this
+    test alone."""
+    name = clone_pool.take()
+    try:
+        yield url_for(name)
+    finally:
+        clone_pool.give_back(name)
 
 
 @pytest.fixture(scope="session")
