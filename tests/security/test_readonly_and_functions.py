@@ -49,6 +49,9 @@ READONLY_FORBIDDEN = {
                      " VALUES ('hello', now(), now() + interval '1 hour', 'r', 'r')",
     "lock_runs": "SELECT * FROM runner.job_runs FOR UPDATE",
     "adopt_a_copy": "SELECT * FROM runner.adopt_ledger_v1('r', 'r')",
+    # the actions' shared parts run with the caller's privileges: no request row, no requeue
+    "forge_a_request": "SELECT runner.operator_request_v1('rerun', 'hello', 'r', 'r', '{{}}')",
+    "requeue_a_run": "SELECT * FROM runner.requeue_manual_v1(ARRAY[{dead}]::bigint[], 1, 'r', now(), false)",
     "forge_the_identity": "UPDATE runner.ledger_identity SET database_oid = 1",
 }
 
