@@ -430,7 +430,7 @@ def _backfill_plan(ctx: Context, p: dict[str, Any]) -> backfill.BackfillPlan:
     spec = backfill.Spec(job_name=p["job"], range_from=p["from"], range_to=p["to"],
                          partitions=p["partitions"], lane=p["lane"], concurrency=p["concurrency"],
                          rate=p["rate"], max_failures=p["max_failures"], pause_when=p["pause_when"],
-                         force=p["force"])
+                         force=p["force"], resume=bool(p.get("resume")))
     return backfill.plan(ctx.conn, job_definition(ctx.app, p["job"]), spec, ctx.prometheus_url)
 
 
@@ -448,7 +448,9 @@ register(Action(
      Param("max_failures", "int", help="pause when more runs than this are failed or dead",
            option="--max-failures", default=10, low=0),
      Param("pause_when", "text", help="pause when this SQL returns true", option="--pause-when", web=False),
-     Param("force", "flag", help="run again slots that already succeeded", option="--force", default=False)),
+     Param("force", "flag", help="run again slots that already succeeded", option="--force", default=False),
+     Param("resume", "flag", option="--resume", default=False,
+           help="the runs queued again continue from their last checkpoints (default: from scratch)")),
     _backfill_plan,
     lambda plan, _: {**plan.summary(), "refusal": None},
     lambda ctx, plan, _, who, reason: backfill.create(ctx.conn, plan, reason, who)))

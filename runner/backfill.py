@@ -3,8 +3,8 @@
 A *plan* (a ``runner.backfills`` row) covers the slots of one job in ``[range_from, range_to)``
 by the job's current schedule, times its partitions (``--partition``, else the job's static
 partitions, else what its partitions callable returns for each slot). Creating it writes, in
-one transaction with its ``runner.requests`` row (one call of ``runner.create_backfill_v1``,
-sql/functions/create_backfill_v1.sql, as every operator action on a plan is a function),
+one transaction with its ``runner.requests`` row (one call of ``runner.create_backfill_v2``,
+sql/functions/create_backfill_v2.sql, as every operator action on a plan is a function),
 one queued run per slot x partition, tagged with the plan's ``replay_group_id`` and lane,
 and trigger ``backfill``:
 
@@ -18,6 +18,15 @@ and trigger ``backfill``:
 So a backfill never makes a second run for a slot x partition: it reuses the run's business
 key (slot, partition, window, idempotency key). The dry run shows the same impact and writes
 nothing.
+
+**Checkpoints** (issue 33, runner/checkpoints.py). A run queued again starts from scratch:
+its checkpoint state is cleared when the plan is written, so its next attempt's
+``ctx.resume`` is None; with ``Spec.resume`` (``runner backfill --resume``) the state is kept
+and the next attempt continues from it (retries within the plan resume either way, as every
+retry does). The plan remembers which (``runner.backfills.resume``, schema step
+0011_resume), the request row names each checkpoint kept or cleared, and the impact lists
+the runs queued again, those with a checkpoint first, each with where it starts
+(``BackfillPlan.starts``).
 
 **The lane.** A plan's runs belong to its lane (``Spec.lane``, ``bulk`` by default;
 runner/lanes.py: the old tags ``backfill`` and ``catch_up`` read as bulk and correction). Runs of
@@ -47,7 +56,7 @@ pass, under that lock, the plan
   are not done; issue 26, defect 7).
 
 Only slots that are due: ``plan`` clamps a range reaching past the database's now to it
-(saying so in one line, ``BackfillPlan.clamped``), ``runner.create_backfill_v1`` refuses a slot
+(saying so in one line, ``BackfillPlan.clamped``), ``runner.create_backfill_v2`` refuses a slot
 after its clock, and neither ``claim_plan_runs`` nor ``runner.start_attempts_v1`` starts a run
 whose slot is after now (issue 26, defect 1). Cancelling a plan restores the runs it displaced
 and never started (a forced success, a skipped or coalesced run) as they were (defect 6).
@@ -106,6 +115,7 @@ Q = queries("backfill")
 VERIFY_TIMEOUT = "10min"  # a job's single check (callable or SQL)
 VERIFY_TIMEOUT_SECONDS = 600.0
 MAX_EXPECTED_RUNS = 1_000_000  # slot x partitions in one plan
+SHOWN_STARTS = 20  # runs queued again listed in the impact with where they start
 ACTIVE = ("planned", "running", "paused")  # plans whose runs are the lane's
 REQUEUED = ("failed", "dead", "skipped", "coalesced", "awaiting_approval", "cancelled")
 _EPSILON = timedelta(microseconds=1)
@@ -142,6 +152,7 @@ class Spec:
     max_failures: int | None = 10
     pause_when: str | None = None
     force: bool = False
+    resume: bool = False  # the runs queued again continue from their last checkpoints (issue 33)
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,10 @@ class BackfillPlan:
     running: list[dict[str, Any]]  # runs in flight (left alone), the first few
     pause_when_now: bool | None  # the pause condition's value when planned
     clamped: str | None = None  # one line, when --to reached past now and was clamped to it
+    # the runs queued again (forced ones too), those with a checkpoint first, at most
+    # SHOWN_STARTS: each with where its next attempt starts (issue 33); and how many have one
+    starts: list[dict[str, Any]] = field(default_factory=list)
+    with_checkpoint: int = 0
 
     @property
     def will_insert(self) -> int:
@@ -223,6 +238,9 @@ class BackfillPlan:
             "max_failures": self.spec.max_failures,
             "pause_when": self.spec.pause_when,
             "force": self.spec.force,
+            "resume": self.spec.resume,
+            "with_checkpoint": self.with_checkpoint,
+            "starts": self.starts,
             "clamped": self.clamped,
         }
 
@@ -357,12 +375,17 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
     params = {"job_name": job.name, **expected.keys()}
     states = {r["state"]: r["runs"] for r in ledger.dict_rows(conn, Q["impact"], params)}
     running = ledger.dict_rows(conn, Q["impact_running"], {**params, "limit": 20})
+    starts = ledger.dict_rows(conn, Q["impact_starts"],
+                              {**params, "force": spec.force, "limit": SHOWN_STARTS})
+    with_checkpoint = starts[0]["with_checkpoint"] if starts else 0
+    starts = [{**{k: v for k, v in r.items() if k != "with_checkpoint"},
+               "starts": operate.starts(r, spec.resume)} for r in starts]
     effects = None
     if operate.column_exists(conn, "runner.effects", "run_id"):
         effects = {r["status"]: r["effects"] for r in ledger.dict_rows(conn, Q["impact_effects"], params)}
     return BackfillPlan(spec=spec, expected=expected, slot_count=slot_count, partitions=stored,
                         states=states, effects=effects, running=running, pause_when_now=pause_now,
-                        clamped=clamped)
+                        clamped=clamped, starts=starts, with_checkpoint=with_checkpoint)
 
 
 def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, who: str | None = None,
@@ -379,7 +402,7 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
             "partitions": planned.partitions, "lane": spec.lane, "concurrency": spec.concurrency,
             "rate": spec.rate, "max_failures": spec.max_failures, "pause_when": spec.pause_when,
             "force": spec.force, **planned.expected.columns(), "who": who, "reason": reason,
-            "now": now,
+            "now": now, "resume": spec.resume,
         })
         row = _one(conn, "get_plan", {"plan_id": made["backfill_id"]})
         assert row is not None

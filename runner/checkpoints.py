@@ -32,9 +32,9 @@ taken. Retries, takeovers after a crash and handoffs resume. An operator's re-qu
 from scratch unless the operator asks to resume (``runner rerun --resume``, the registry's
 ``resume`` parameter, so the console has it too): ``runner.rerun_v2`` clears the state (the
 count stays) and the impact shown first says which of the two the next attempt does. A
-backfill's re-queued runs (``--force`` of succeeded ones too) start from scratch
-(``runner.create_backfill_v1``); a backfill has no resume option yet: rerun such a run with
-``--resume`` instead.
+backfill's re-queued runs (``--force`` of succeeded ones too) start from scratch the same
+way unless ``runner backfill --resume`` (``runner.create_backfill_v2``; the plan's ``resume``
+column remembers it), and its impact lists each run's start.
 
 **Shutdown handoff.** When the runner stops (SIGTERM), every running attempt's
 ``ctx.stopping`` becomes true. Its next ``ctx.checkpoint`` commits and then raises

@@ -1143,6 +1143,7 @@ def _show_impact(planned: backfill.BackfillPlan) -> None:
     requeue = _states(planned.states, backfill.REQUEUED)
     _say(f"  run again:         {s['will_requeue']}" + (f" ({requeue}): a new attempt of the same run"
                                                               if requeue else ""))
+    _show_starts(planned)
     alone = {k: v for k, v in s["left_alone"].items() if k != "succeeded"}
     if alone:
         _say(f"  left alone:        {_states(alone, list(alone))} (running or queued already, "
@@ -1162,6 +1163,29 @@ def _show_impact(planned: backfill.BackfillPlan) -> None:
     _say(f"  runs with: {', '.join(limits)}")
     if spec.pause_when:
         _say(f"  pauses when: {spec.pause_when}  (now: {planned.pause_when_now})")
+
+
+def _show_starts(planned: backfill.BackfillPlan) -> None:
+    """Where the runs queued again start (issue 33): from scratch, or with --resume from their
+    last checkpoints; each run listed (those with a checkpoint first, the first few)."""
+    queued = planned.will_requeue + planned.will_force
+    if not queued:
+        return
+    have = planned.with_checkpoint
+    some = f"{have} of the {_plural(queued, 'run')} queued again {'has' if have == 1 else 'have'} one"
+    if not have:
+        _say(f"  checkpoints:       none of the {_plural(queued, 'run')} queued again has one: "
+             "each starts from scratch")
+    elif planned.spec.resume:
+        _say(f"  checkpoints:       {some}: --resume, each continues from its checkpoint")
+    else:
+        _say(f"  checkpoints:       {some}: cleared, each starts from scratch (--resume continues from them)")
+    for run in planned.starts:
+        _say(f"    run {run['id']} slot {run['schedule_slot'].isoformat()}"
+             + (f" partition {run['partition_key']!r}" if run["partition_key"] else "")
+             + f" ({run['status']}): starts {run['starts']}")
+    if queued > len(planned.starts):
+        _say(f"    and {queued - len(planned.starts)} more")
 
 
 @backfill_app.command("create")
@@ -1190,13 +1214,18 @@ def backfill_create(
              "--prometheus-url, every 5 s)")] = None,
     prometheus_url: PrometheusOpt = None,
     force: Annotated[bool, typer.Option(help="run again slots that already succeeded")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="the runs queued again continue from their last checkpoints "
+                         "(default: from scratch)")] = False,
     dry_run: Annotated[bool, typer.Option(help="show the impact; write nothing")] = False,
     yes: YesOpt = False,
     as_json: JsonOpt = False,
     app_spec: AppOpt = None,
     database_url: DbOpt = None,
 ) -> None:
-    """Plan a backfill of JOB over [--from, --to): shows the impact, asks, writes the plan."""
+    """Plan a backfill of JOB over [--from, --to): shows the impact, asks, writes the plan.
+    Runs queued again (failed, dead, ..., and succeeded ones with --force) start from scratch,
+    or with --resume from their last checkpoints (the impact lists which)."""
     _when(range_from, "--from")
     _when(range_to, "--to")
     if reason is None and not dry_run:
@@ -1210,7 +1239,7 @@ def backfill_create(
         pause_when = PROMETHEUS_CONDITION + pause_when_prometheus
     params = _params("backfill", job=job, **{"from": range_from, "to": range_to}, partitions=partition,
                      lane=lane, concurrency=concurrency, rate=rate, max_failures=max_failures,
-                     pause_when=pause_when, force=force)
+                     pause_when=pause_when, force=force, resume=resume)
     with _errors():
         runner_app = load_app(app_spec)
         if job not in runner_app.jobs:
@@ -1309,7 +1338,8 @@ def _show_progress(progress: backfill.Progress) -> None:
                + (f"rate {p['rate']:g}/s" if p["rate"] is not None else "rate unlimited")
                + (f", pause after {p['max_failures']} failure(s)" if p["max_failures"] is not None else "")
                + (f", pause when: {p['pause_when']}" if p["pause_when"] else "")
-               + (", forced" if p["force"] else ""))
+               + (", forced" if p["force"] else "")
+               + (", its runs queued again resume from their checkpoints" if p.get("resume") else ""))
     _say(f"  progress: {progress.done}/{progress.total} done ("
                + ", ".join(f"{k} {v}" for k, v in sorted(progress.counts.items())) + ")")
     _say(f"  requested by {p['requested_by']} at {p['created_at'].isoformat(timespec='seconds')}: "

@@ -34,6 +34,7 @@ import getpass
 import json
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -183,6 +184,21 @@ def liveness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 # -- rerun ------------------------------------------------------------------------------
 
 
+def starts(run: Mapping[str, Any], resume: bool) -> str:
+    """Where the next attempt of a run an operator queues again starts (issue 33): from
+    scratch, or with ``resume`` from its last checkpoint (``run``'s checkpoint_at,
+    checkpoint_bytes and checkpoint_summary), as the impact shown first says it (a rerun's
+    and a backfill's)."""
+    if run.get("checkpoint_at") is None:
+        return "from scratch (the run has no checkpoint)"
+    at = run["checkpoint_at"].isoformat(timespec="seconds")
+    about = f"{at}, {run['checkpoint_bytes']} bytes: {run['checkpoint_summary'] or ''}".rstrip(": ")
+    if resume:
+        return f"from its last checkpoint ({about})"
+    return f"from scratch: its last checkpoint ({about}) is cleared (--resume keeps it)"
+
+
+
 @dataclass(frozen=True)
 class RerunPlan:
     run: dict[str, Any]
@@ -192,14 +208,7 @@ class RerunPlan:
 
     def starts(self, resume: bool) -> str:
         """Where the rerun's next attempt starts (the impact shown first, issue 33)."""
-        run = self.run
-        if run.get("checkpoint_at") is None:
-            return "from scratch (the run has no checkpoint)"
-        at = run["checkpoint_at"].isoformat(timespec="seconds")
-        about = f"{at}, {run['checkpoint_bytes']} bytes: {run['checkpoint_summary'] or ''}".rstrip(": ")
-        if resume:
-            return f"from its last checkpoint ({about})"
-        return f"from scratch: its last checkpoint ({about}) is cleared (--resume keeps it)"
+        return starts(self.run, resume)
 
     @property
     def run_label(self) -> str:

@@ -27,6 +27,19 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def backfill_app_tables(url: str) -> str:
+    """Create in ``url`` the tables of the backfill tests (tests/test_backfill.py,
+    tests/test_copies.py): bf_gauge and bf_done, which the handlers of tests/apps/backfill.py
+    write (their handlers running at once and its peak; one row per run done), and bf_stop,
+    which a test's pause condition reads. Returns ``url``, a fixture's value."""
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE TABLE bf_gauge (running int NOT NULL DEFAULT 0, peak int NOT NULL DEFAULT 0)")
+        c.execute("INSERT INTO bf_gauge VALUES (0, 0)")
+        c.execute("CREATE TABLE bf_done (slot timestamptz, partition_key text, run_id bigint, fence bigint)")
+        c.execute("CREATE TABLE bf_stop (id int)")
+    return url
+
+
 def one_late_slot(now: datetime | None = None) -> dict[str, Any]:
     """Schedule options (``cron``, ``track_from``) for a job whose one slot fell 30 minutes
     before ``now`` (default: the wall clock) and whose next is 23.5 hours away: the slot is

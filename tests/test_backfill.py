@@ -20,7 +20,15 @@ import pytest
 from runner import Runner, backfill, conditions, ledger, operate
 from runner.ledger import Outcome, Owner
 from tests.apps.backfill import app as bf_app
-from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
+from tests.support import (
+    RunnerProcess,
+    assert_ledger_clean,
+    backfill_app_tables,
+    eventually,
+    rows,
+    run_cli,
+    scalar,
+)
 
 APP = "tests/apps/backfill.py:app"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,12 +56,7 @@ def ok_json(out: subprocess.CompletedProcess[str]) -> Any:
 @pytest.fixture
 def url(db_url: str) -> str:
     """A fresh database with the tables the test app's handlers write."""
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("CREATE TABLE bf_gauge (running int NOT NULL DEFAULT 0, peak int NOT NULL DEFAULT 0)")
-        c.execute("INSERT INTO bf_gauge VALUES (0, 0)")
-        c.execute("CREATE TABLE bf_done (slot timestamptz, partition_key text, run_id bigint, fence bigint)")
-        c.execute("CREATE TABLE bf_stop (id int)")
-    return db_url
+    return backfill_app_tables(db_url)
 
 
 @pytest.fixture

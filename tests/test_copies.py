@@ -19,7 +19,15 @@ from pytest_postgresql.janitor import DatabaseJanitor
 
 from runner import ledger
 from tests.conftest import SERVER, url_for
-from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
+from tests.support import (
+    RunnerProcess,
+    assert_ledger_clean,
+    backfill_app_tables,
+    eventually,
+    rows,
+    run_cli,
+    scalar,
+)
 from tests.test_backfill import APP, at, iso
 
 pytestmark = pytest.mark.skipif(shutil.which("pg_dump") is None or shutil.which("pg_restore") is None,
@@ -37,12 +45,7 @@ WHERE b.id = %s GROUP BY b.replay_group_id
 @pytest.fixture
 def source(db_url: str) -> str:
     """The source ledger, with the tables the test app's handlers write."""
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("CREATE TABLE bf_gauge (running int NOT NULL DEFAULT 0, peak int NOT NULL DEFAULT 0)")
-        c.execute("INSERT INTO bf_gauge VALUES (0, 0)")
-        c.execute("CREATE TABLE bf_done (slot timestamptz, partition_key text, run_id bigint, fence bigint)")
-        c.execute("CREATE TABLE bf_stop (id int)")
-    return db_url
+    return backfill_app_tables(db_url)
 
 
 @pytest.fixture

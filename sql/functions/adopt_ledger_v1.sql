@@ -27,9 +27,7 @@ DECLARE
     running bigint;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     SELECT i.* INTO was FROM runner.ledger_identity i FOR UPDATE;
     SELECT * INTO cur FROM runner.ledger_copy_v1();
     IF NOT cur.copied THEN
@@ -50,8 +48,7 @@ BEGIN
     INTO queued, running
     FROM runner.job_runs r WHERE r.status IN ('pending', 'failed', 'running');
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('adopt_ledger', NULL, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('adopt_ledger', NULL, who, reason, jsonb_build_object(
                 'before', CASE WHEN was.one IS NULL THEN NULL ELSE jsonb_build_object(
                     'system_identifier', was.system_identifier::text, 'database_oid', was.database_oid::bigint,
                     'database_name', was.database_name, 'recorded_at', was.recorded_at) END,
@@ -61,8 +58,7 @@ BEGIN
                 'instances_stopped', stopped,
                 'plans_running', plans,
                 'runs_queued', queued,
-                'runs_running', running))
-    RETURNING q.id INTO req;
+                'runs_running', running));
 
     INSERT INTO runner.ledger_identity AS i (one, system_identifier, database_oid, database_name, recorded_at,
                                              request_id)

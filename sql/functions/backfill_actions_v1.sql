@@ -19,9 +19,7 @@ AS $$
 DECLARE
     plan runner.backfills%ROWTYPE;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     SELECT * INTO plan FROM runner.backfills b WHERE b.id = plan_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no backfill % (see `runner backfill list`)', plan_id;
@@ -53,12 +51,10 @@ BEGIN
     SET status = 'paused', pause_reason = left(format('paused by %s: %s', btrim(who), btrim(reason)), 1000),
         paused_at = clock, updated_at = clock
     WHERE b.id = plan.id;
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('backfill_pause', plan.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('backfill_pause', plan.job_name, who, reason, jsonb_build_object(
         'backfills', jsonb_build_array(jsonb_build_object(
             'id', plan.id, 'before', jsonb_build_object('status', plan.status),
-            'after', jsonb_build_object('status', 'paused')))))
-    RETURNING q.id INTO req;
+            'after', jsonb_build_object('status', 'paused')))));
     RETURN req;
 END
 $$;
@@ -93,14 +89,12 @@ BEGIN
         max_failures = CASE WHEN coalesce(set_max_failures, false) THEN max_failures ELSE b.max_failures END,
         tokens = 1, tokens_at = clock, updated_at = clock
     WHERE b.id = plan.id;
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('backfill_resume', plan.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('backfill_resume', plan.job_name, who, reason, jsonb_build_object(
         'backfills', jsonb_build_array(jsonb_build_object(
             'id', plan.id,
             'before', jsonb_build_object('status', plan.status, 'pause_reason', plan.pause_reason,
                                          'max_failures', plan.max_failures),
-            'after', after))))
-    RETURNING q.id INTO req;
+            'after', after))));
     RETURN req;
 END
 $$;
@@ -240,13 +234,11 @@ BEGIN
                'after', jsonb_build_object('status', 'cancelled')) ORDER BY c.id), '[]')
     INTO cancelled
     FROM changed c;
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('backfill_cancel', plan.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('backfill_cancel', plan.job_name, who, reason, jsonb_build_object(
         'backfills', jsonb_build_array(jsonb_build_object(
             'id', plan.id, 'before', jsonb_build_object('status', plan.status),
             'after', jsonb_build_object('status', 'cancelled'))),
-        'runs', cancelled, 'runs_restored', restored, 'runs_dead', overrun))
-    RETURNING q.id INTO req;
+        'runs', cancelled, 'runs_restored', restored, 'runs_dead', overrun));
     RETURN QUERY SELECT req, jsonb_array_length(cancelled);
 END
 $$;
@@ -278,12 +270,10 @@ BEGIN
         verify_detail = record_backfill_verify_v1.verify_detail,
         verified_at = clock, updated_at = clock
     WHERE b.id = plan.id;
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('backfill_verify', plan.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('backfill_verify', plan.job_name, who, reason, jsonb_build_object(
         'backfills', jsonb_build_array(jsonb_build_object(
             'id', plan.id, 'before', jsonb_build_object('verify_status', plan.verify_status),
-            'after', jsonb_build_object('verify_status', verify_status)))))
-    RETURNING q.id INTO req;
+            'after', jsonb_build_object('verify_status', verify_status)))));
     RETURN req;
 END
 $$;

@@ -36,9 +36,7 @@ BEGIN
     IF action IS NULL OR action NOT IN ('approve', 'skip') THEN
         RAISE EXCEPTION 'action must be approve or skip; nothing written';
     END IF;
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     verb := CASE action WHEN 'approve' THEN 'approved' ELSE 'skipped' END;
 
     WITH target AS (
@@ -112,15 +110,13 @@ BEGIN
         FROM follower f;
     END IF;
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES (action, decide_runs_v1.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1(action, decide_runs_v1.job_name, who, reason, jsonb_build_object(
         'selection', coalesce(selection, '{}'::jsonb),
         'runs', decided,
         'coalesced_runs', followed,
         'left_alone', (SELECT coalesce(jsonb_agg(i ORDER BY n), '[]')
                        FROM unnest(run_ids) WITH ORDINALITY AS u(i, n)
-                       WHERE NOT i = ANY(done))))
-    RETURNING q.id INTO req;
+                       WHERE NOT i = ANY(done))));
 
     RETURN QUERY
     SELECT req, d.id, d.schedule_slot, d.partition_key, d.before_status, d.before_trigger,

@@ -9,7 +9,9 @@
 -- was rerun by someone else in between is never queued again on the strength of an older look.
 -- As runner.rerun_v1 for one run: the earlier attempts stop counting against max_attempts
 -- (uncounted_attempts = attempt), so each gets a full budget; a run of a backfill keeps its
--- replay group. At most 5,000 runs a request (the caller narrows the range beyond).
+-- replay group. At most 5,000 runs a request (the caller narrows the range beyond). The
+-- requeue is runner.requeue_manual_v1's (runner.rerun_v2's too), the request row
+-- runner.operator_request_v1's.
 --
 -- SECURITY DEFINER, fixed search_path, EXECUTE revoked from PUBLIC, granted to the operator
 -- role by sql/roles.sql (revision 0007_security: the operator role writes nothing directly).
@@ -29,9 +31,7 @@ DECLARE
     bad record;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     IF n = 0 THEN
         RAISE EXCEPTION 'no run to rerun; nothing written';
     END IF;
@@ -69,8 +69,7 @@ BEGIN
         END IF;
     END IF;
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    SELECT 'rerun_many', job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('rerun_many', job_name, who, reason, (SELECT jsonb_build_object(
         'selection', coalesce(selection, '{}'::jsonb),
         'runs', coalesce(jsonb_agg(jsonb_build_object(
             'run_id', r.id,
@@ -84,24 +83,11 @@ BEGIN
             'after', jsonb_build_object(
                 'status', 'pending', 'trigger', 'manual', 'uncounted_attempts', r.attempt))
             ORDER BY r.schedule_slot, r.partition_key), '[]'::jsonb))
-    FROM runner.job_runs r WHERE r.id = ANY (run_ids)
-    RETURNING q.id INTO req;
+        FROM runner.job_runs r WHERE r.id = ANY (run_ids)));
 
+    -- the runs' checkpoints stay (a bulk rerun resumes each from its last checkpoint)
     RETURN QUERY
-    UPDATE runner.job_runs j
-    SET status = 'pending',
-        trigger = 'manual',
-        lane = 'correction',
-        next_attempt_at = clock,
-        uncounted_attempts = j.attempt,
-        finished_at = NULL,
-        processed_count = 0,
-        failed_count = 0,
-        status_reason = left(format('manual rerun (request %s): %s', req, btrim(reason)), 1000),
-        updated_at = clock
-    WHERE j.id = ANY (run_ids)
-    RETURNING req, j.id, j.status, j.trigger, j.attempt, j.fence, j.uncounted_attempts,
-              j.next_attempt_at;
+    SELECT * FROM runner.requeue_manual_v1(run_ids, req, reason, clock, true);
 END
 $$;
 REVOKE ALL ON FUNCTION runner.rerun_runs_v1(text, bigint[], text[], bigint[], jsonb, text, text, timestamptz)

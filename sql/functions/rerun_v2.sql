@@ -21,6 +21,8 @@
 -- the run's last checkpoint state is cleared (its count of checkpoints stays), so the next
 -- attempt's ctx.resume is None; unless `resume`, when the state is kept and the next attempt
 -- continues from it. The request row records which, with the checkpoint it kept or cleared.
+-- The requeue itself is runner.requeue_manual_v1's (runner.rerun_runs_v1's too); the request
+-- row is written by runner.operator_request_v1.
 CREATE OR REPLACE FUNCTION runner.rerun_v2(
     run_id bigint, seen_status text, seen_fence bigint, force boolean, who text, reason text,
     as_of timestamptz DEFAULT NULL, resume boolean DEFAULT false)
@@ -36,9 +38,7 @@ DECLARE
     r runner.job_runs%ROWTYPE;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     SELECT * INTO r FROM runner.job_runs j WHERE j.id = run_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'run % no longer exists; nothing written', run_id;
@@ -57,8 +57,7 @@ BEGIN
         RAISE EXCEPTION 'run % already %: pass --force to run it again; nothing written', r.id, r.status;
     END IF;
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('rerun', r.job_name, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('rerun', r.job_name, who, reason, jsonb_build_object(
         'runs', jsonb_build_array(jsonb_build_object(
             'run_id', r.id,
             'slot', r.schedule_slot,
@@ -73,29 +72,10 @@ BEGIN
                 'at', r.checkpoint_at, 'fence', r.checkpoint_fence, 'bytes', r.checkpoint_bytes,
                 'summary', r.checkpoint_summary,
                 'kept', coalesce(resume, false)) END)),
-        'force', coalesce(force, false), 'resume', coalesce(resume, false)))
-    RETURNING q.id INTO req;
+        'force', coalesce(force, false), 'resume', coalesce(resume, false)));
 
     RETURN QUERY
-    UPDATE runner.job_runs j
-    SET status = 'pending',
-        trigger = 'manual',
-        lane = 'correction',
-        next_attempt_at = clock,
-        uncounted_attempts = j.attempt,
-        finished_at = NULL,
-        processed_count = 0,
-        failed_count = 0,
-        status_reason = left(format('manual rerun (request %s): %s', req, btrim(reason)), 1000),
-        checkpoint = CASE WHEN coalesce(resume, false) THEN j.checkpoint END,
-        checkpoint_at = CASE WHEN coalesce(resume, false) THEN j.checkpoint_at END,
-        checkpoint_fence = CASE WHEN coalesce(resume, false) THEN j.checkpoint_fence END,
-        checkpoint_bytes = CASE WHEN coalesce(resume, false) THEN j.checkpoint_bytes END,
-        checkpoint_summary = CASE WHEN coalesce(resume, false) THEN j.checkpoint_summary END,
-        updated_at = clock
-    WHERE j.id = r.id
-    RETURNING req, j.id, j.status, j.trigger, j.attempt, j.fence, j.uncounted_attempts,
-              j.next_attempt_at;
+    SELECT * FROM runner.requeue_manual_v1(ARRAY[r.id], req, reason, clock, coalesce(resume, false));
 END
 $$;
 REVOKE ALL ON FUNCTION runner.rerun_v2(bigint, text, bigint, boolean, text, text, timestamptz, boolean) FROM PUBLIC;

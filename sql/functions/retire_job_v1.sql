@@ -26,9 +26,7 @@ DECLARE
     queued bigint;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     SELECT j.retired_at INTO was FROM runner.jobs j
     WHERE j.job_name = retire_job_v1.job_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -43,16 +41,13 @@ BEGIN
     FROM runner.job_runs r
     WHERE r.job_name = retire_job_v1.job_name AND r.status IN ('running', 'pending', 'failed');
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('retire', retire_job_v1.job_name, btrim(who), btrim(reason), session_user,
-            jsonb_build_object(
+    req := runner.operator_request_v1('retire', retire_job_v1.job_name, who, reason, jsonb_build_object(
                 'jobs', jsonb_build_array(jsonb_build_object(
                     'job_name', retire_job_v1.job_name,
                     'before', jsonb_build_object('retired_at', NULL),
                     'after', jsonb_build_object('retired_at', clock))),
                 'runs_running', running,
-                'runs_queued', queued))
-    RETURNING q.id INTO req;
+                'runs_queued', queued));
 
     INSERT INTO runner.job_retirements (job_name, retired_from)
     VALUES (retire_job_v1.job_name, clock);
@@ -77,9 +72,7 @@ DECLARE
     was timestamptz;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     SELECT j.retired_at INTO was FROM runner.jobs j
     WHERE j.job_name = unretire_job_v1.job_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -89,15 +82,12 @@ BEGIN
         RETURN;
     END IF;
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('unretire', unretire_job_v1.job_name, btrim(who), btrim(reason), session_user,
-            jsonb_build_object(
+    req := runner.operator_request_v1('unretire', unretire_job_v1.job_name, who, reason, jsonb_build_object(
                 'jobs', jsonb_build_array(jsonb_build_object(
                     'job_name', unretire_job_v1.job_name,
                     'before', jsonb_build_object('retired_at', was),
                     'after', jsonb_build_object('retired_at', NULL))),
-                'not_expected', jsonb_build_object('from', was, 'until', clock)))
-    RETURNING q.id INTO req;
+                'not_expected', jsonb_build_object('from', was, 'until', clock)));
 
     UPDATE runner.job_retirements r SET retired_until = greatest(clock, r.retired_from)
     WHERE r.job_name = unretire_job_v1.job_name AND r.retired_until IS NULL;

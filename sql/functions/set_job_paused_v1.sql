@@ -18,9 +18,7 @@ DECLARE
     queued bigint;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     IF paused IS NULL THEN
         RAISE EXCEPTION 'paused must be true or false; nothing written';
     END IF;
@@ -37,16 +35,14 @@ BEGIN
     FROM runner.job_runs r
     WHERE r.job_name = set_job_paused_v1.job_name AND r.status IN ('running', 'pending', 'failed');
 
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES (CASE WHEN paused THEN 'pause' ELSE 'resume' END, set_job_paused_v1.job_name, btrim(who),
-            btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1(CASE WHEN paused THEN 'pause' ELSE 'resume' END, set_job_paused_v1.job_name,
+                                      who, reason, jsonb_build_object(
                 'jobs', jsonb_build_array(jsonb_build_object(
                     'job_name', set_job_paused_v1.job_name,
                     'before', jsonb_build_object('paused', was),
                     'after', jsonb_build_object('paused', paused))),
                 'runs_running', running,
-                'runs_queued', queued))
-    RETURNING q.id INTO req;
+                'runs_queued', queued));
 
     RETURN QUERY
     UPDATE runner.jobs j SET paused = set_job_paused_v1.paused

@@ -29,9 +29,7 @@ DECLARE
     now_is runner.lanes%ROWTYPE;
     req bigint;
 BEGIN
-    IF coalesce(btrim(who), '') = '' OR coalesce(btrim(reason), '') = '' THEN
-        RAISE EXCEPTION 'who (--by) and --reason must not be empty; nothing written';
-    END IF;
+    PERFORM runner.operator_who_v1(who, reason);
     IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,39}$' THEN
         RAISE EXCEPTION 'lane name % is not valid: 1 to 40 of a-z, 0-9 and _, starting with a letter; nothing written',
             coalesce(quote_literal(name), 'NULL');
@@ -72,15 +70,13 @@ BEGIN
                 new_description, clock)
         RETURNING * INTO now_is;
     END IF;
-    INSERT INTO runner.requests AS q (action, job_name, who, reason, db_user, touched)
-    VALUES ('lane_set', NULL, btrim(who), btrim(reason), session_user, jsonb_build_object(
+    req := runner.operator_request_v1('lane_set', NULL, who, reason, jsonb_build_object(
         'lanes', jsonb_build_array(jsonb_build_object(
             'lane', now_is.lane,
             'before', CASE WHEN was.lane IS NULL THEN NULL ELSE jsonb_build_object(
                 'rank', was.rank, 'concurrency', was.concurrency, 'rate', was.rate) END,
             'after', jsonb_build_object(
-                'rank', now_is.rank, 'concurrency', now_is.concurrency, 'rate', now_is.rate)))))
-    RETURNING q.id INTO req;
+                'rank', now_is.rank, 'concurrency', now_is.concurrency, 'rate', now_is.rate)))));
     RETURN QUERY SELECT req, now_is.lane, now_is.rank, now_is.concurrency, now_is.rate, was.lane IS NULL;
 END
 $$;

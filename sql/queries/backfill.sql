@@ -42,6 +42,33 @@ WHERE r.status = 'running'
 ORDER BY r.schedule_slot, r.partition_key
 LIMIT %(limit)s
 
+-- name: impact_starts
+-- The runs a plan over these slot x partitions would queue again (failed, dead, skipped,
+-- coalesced, awaiting approval, cancelled; succeeded ones when forced; not a run of another
+-- unfinished plan), with their last checkpoints (issue 33): the impact says where each
+-- one's next attempt starts. Those with a checkpoint first, then by slot; the first `limit`,
+-- each with the count of them all that have a checkpoint.
+WITH input AS (
+    SELECT DISTINCT t.schedule_slot, t.partition_key
+    FROM unnest(%(slots)s::timestamptz[], %(partition_keys)s::text[]) AS t(schedule_slot, partition_key)
+), queued AS (
+    SELECT r.id, r.schedule_slot, r.partition_key, r.status, r.checkpoint_at, r.checkpoint_fence,
+           r.checkpoint_bytes, r.checkpoint_summary
+    FROM input i
+    JOIN runner.job_runs r
+      ON r.job_name = %(job_name)s AND r.schedule_slot = i.schedule_slot
+     AND r.partition_key = i.partition_key
+    WHERE (r.status IN ('failed', 'dead', 'skipped', 'coalesced', 'awaiting_approval', 'cancelled')
+           OR (%(force)s AND r.status = 'succeeded'))
+      AND NOT EXISTS (SELECT 1 FROM runner.backfills b
+                      WHERE b.replay_group_id = r.replay_group_id
+                        AND b.status IN ('planned', 'running', 'paused'))
+)
+SELECT q.*, count(*) FILTER (WHERE q.checkpoint_at IS NOT NULL) OVER () AS with_checkpoint
+FROM queued q
+ORDER BY q.checkpoint_at IS NULL, q.schedule_slot, q.partition_key
+LIMIT %(limit)s
+
 -- name: impact_effects
 -- Effects already recorded (runner.effects, revision 0002) for the runs of these slots, by
 -- status: a confirmed effect is never sent again, whatever the backfill does.
@@ -244,16 +271,17 @@ ORDER BY r.updated_at DESC, r.id
 LIMIT %(limit)s
 
 -- name: create_backfill
--- Write the plan, queue its runs and write its request row: runner.create_backfill_v1
--- (sql/functions/create_backfill_v1.sql), which checks what the database can (the arrays,
--- the range, the partitions, the options) and always starts a plan running.
+-- Write the plan, queue its runs and write its request row: runner.create_backfill_v2
+-- (sql/functions/create_backfill_v2.sql), which checks what the database can (the arrays,
+-- the range, the partitions, the options) and always starts a plan running; `resume` keeps
+-- the checkpoints of the runs it queues again (issue 33).
 SELECT f.backfill_id, f.request_id, f.inserted, f.requeued
-FROM runner.create_backfill_v1(
+FROM runner.create_backfill_v2(
     %(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz, %(partitions)s::text[],
     %(lane)s, %(concurrency)s, %(rate)s::float8, %(max_failures)s::int, %(pause_when)s::text,
     %(force)s, %(slots)s::timestamptz[], %(partition_keys)s::text[], %(business_dates)s::date[],
     %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[],
-    %(who)s, %(reason)s, %(now)s::timestamptz) AS f
+    %(who)s, %(reason)s, %(now)s::timestamptz, %(resume)s) AS f
 
 -- name: pause_backfill
 -- The operator's actions on a plan (sql/functions/backfill_actions_v1.sql): each checks the

@@ -33,6 +33,11 @@ FORBIDDEN = {
     "write_a_request": "INSERT INTO runner.requests (action, job_name, who, reason)"
                        " VALUES ('pause', 'hello', 'o', 'r')",
     "forge_db_user": "INSERT INTO runner.requests (action, who, reason, db_user) VALUES ('pause', 'x', 'y', 'z')",
+    # the actions' shared parts run with the caller's privileges: a request row, or a requeue,
+    # with no action's checks around it is refused
+    "request_through_the_helper": "SELECT runner.operator_request_v1('pause', 'hello', 'o', 'r', '{{}}')",
+    "requeue_through_the_helper": "SELECT * FROM runner.requeue_manual_v1(ARRAY[{succeeded}]::bigint[], 1, 'r',"
+                                  " now(), false)",
     # the identity changes only through runner.adopt_ledger_v1, audited (issue 29, point 6)
     "forge_the_identity": "UPDATE runner.ledger_identity SET database_oid = 1",
     "rewrite_a_request": "UPDATE runner.requests SET reason = 'nothing happened'",

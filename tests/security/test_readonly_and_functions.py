@@ -17,6 +17,7 @@ WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "checkpoint_v1", 
                     "sync_schedule_v1",  # the schedule history's one writer (0003_history)
                     "plan_range_v1"}  # a plan's range accounted for before it completes (issue 26)
 OPERATOR_FUNCTIONS = {"rerun_v1", "rerun_v2", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
+                      "create_backfill_v2",  # with --resume (issue 33)
                       "pause_backfill_v1", "resume_backfill_v1", "cancel_backfill_v1",
                       "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1",
                       "adopt_ledger_v1",  # a copied ledger adopted (issue 29, point 6)
@@ -49,6 +50,9 @@ READONLY_FORBIDDEN = {
                      " VALUES ('hello', now(), now() + interval '1 hour', 'r', 'r')",
     "lock_runs": "SELECT * FROM runner.job_runs FOR UPDATE",
     "adopt_a_copy": "SELECT * FROM runner.adopt_ledger_v1('r', 'r')",
+    # the actions' shared parts run with the caller's privileges: no request row, no requeue
+    "forge_a_request": "SELECT runner.operator_request_v1('rerun', 'hello', 'r', 'r', '{{}}')",
+    "requeue_a_run": "SELECT * FROM runner.requeue_manual_v1(ARRAY[{dead}]::bigint[], 1, 'r', now(), false)",
     "forge_the_identity": "UPDATE runner.ledger_identity SET database_oid = 1",
 }
 

@@ -438,6 +438,54 @@ def test_a_backfill_with_the_app_shows_its_dry_run_then_creates_the_plan(ledger:
     assert (row["action"], row["who"], row["reason"]) == ("backfill", "web:operator", "replay the morning")
 
 
+def test_a_forced_backfill_resumes_from_a_checkpoint_only_when_asked_and_its_preview_says_so(
+        ledger: Ledger) -> None:
+    """Issue 33 through the console: the preview (API and page) lists the forced run with its
+    checkpoint and where its next attempt starts; with resume the plan keeps the checkpoint
+    (the request row saying kept), as the CLI's --resume does."""
+    from urllib.parse import urlencode
+
+    from runner.app import Runner
+
+    app = Runner()
+
+    @app.job(HOSTILE_JOB, every="1h", partitions=[HOSTILE_PART, "b"])
+    def handler(ctx: Any) -> None:
+        pass
+
+    with psycopg.connect(ledger.admin, autocommit=True) as conn:
+        conn.execute("UPDATE runner.job_runs SET checkpoint = '{\"next\": 7}', checkpoint_at = now(),"
+                     " checkpoint_fence = fence, checkpoint_bytes = 11, checkpoint_summary = '7 of 9',"
+                     " checkpoints = 1 WHERE id = %s", (ledger.ids["succeeded"],))
+    query = {"job": HOSTILE_JOB, "from": ledger.ids["dead_slot"].isoformat(),
+             "to": ledger.ids["awaiting_slot"].isoformat(), "force": "1"}
+    body = {**query, "force": True, "reason": "recompute"}
+    with console(ledger.operator, app=app) as client:
+        impact = client.post("/api/backfills", headers=OP, json={**body, "dry_run": True}).json()["impact"]
+        assert (impact["will_force"], impact["will_requeue"], impact["with_checkpoint"]) == (1, 1, 1)
+        assert impact["resume"] is False
+        assert [(r["id"], r["starts"].split(":")[0]) for r in impact["starts"]] == [
+            (ledger.ids["succeeded"], "from scratch"), (ledger.ids["dead"], "from scratch (the run has no checkpoint)")]
+        assert "7 of 9) is cleared (--resume keeps it)" in impact["starts"][0]["starts"]
+        impact = client.post("/api/backfills", headers=OP,
+                             json={**body, "resume": True, "dry_run": True}).json()["impact"]
+        assert impact["resume"] is True
+        assert impact["starts"][0]["starts"].startswith("from its last checkpoint (")
+        login(client)
+        page = client.get("/actions/backfill?" + urlencode({**query, "resume": "1"}))
+        assert page.status_code == 200 and 'id="impact-starts"' in page.text
+        assert "resume, each continues from its checkpoint" in page.text
+        made = client.post("/api/backfills", headers=OP, json={**body, "resume": True})
+        assert made.status_code == 200, made.text
+        assert made.json()["backfill"]["resume"] is True
+    assert scalar(ledger.admin, "SELECT (status, checkpoint ->> 'next') FROM runner.job_runs WHERE id = %s",
+                  (ledger.ids["succeeded"],)) == ("pending", "7")
+    touched = requests_rows(ledger.admin)[-1]["touched"]
+    assert [(r["run_id"], r["checkpoint"]) for r in touched["runs_requeued"]] == [
+        (ledger.ids["dead"], None),
+        (ledger.ids["succeeded"], {**touched["runs_requeued"][1]["checkpoint"], "summary": "7 of 9", "kept": True})]
+
+
 def test_a_backfill_reaching_past_now_is_clamped_in_the_web_too(ledger: Ledger) -> None:
     """Issue 26, defect 1, through the web action: the dry run and the plan end at now, and
     the preview says so in one line."""
