@@ -227,7 +227,7 @@ def test_every_block_of_the_tutorial_is_marked() -> None:
 
 def test_the_tutorial_runs_as_written(tutorial: Tutorial) -> None:
     t = tutorial
-    last_output = ""
+    output: Callable[[], str] = str  # the output of the block before: what an expect block reads
     started = time.monotonic()
     for page in PAGES:
         for b in blocks(page):
@@ -241,8 +241,9 @@ def test_the_tutorial_runs_as_written(tutorial: Tutorial) -> None:
                     eventually(lambda cond=cond: cond(t), timeout=45, interval=0.2, message=f"{b.where()}: {b.arg}")
                 done = subprocess.run(["bash", "-ec", _local(b.body, t.port)], cwd=t.dir, env=t.env,
                                       capture_output=True, text=True, timeout=120)
-                last_output = done.stdout + done.stderr
-                assert done.returncode == 0, f"{b.where()}: exit {done.returncode}\n{last_output}"
+                said = done.stdout + done.stderr
+                assert done.returncode == 0, f"{b.where()}: exit {done.returncode}\n{said}"
+                output = lambda said=said: said  # noqa: E731
             elif b.kind == "background":
                 log = t.dir.parent / f"{b.arg}.log"
                 out = log.open("w")
@@ -252,11 +253,13 @@ def test_the_tutorial_runs_as_written(tutorial: Tutorial) -> None:
                 t.procs[b.arg] = (proc, log)
                 eventually(lambda name=b.arg: READY[name](t), timeout=60, interval=0.2,
                            message=f"{b.where()}: {b.arg} ready")
-                last_output = log.read_text()
+                output = log.read_text  # still being written: an expect block waits for its lines
                 if b.arg == "web":
                     _the_console_shows_the_failure(t)
             elif b.kind == "expect":
-                check_output(replace(b, body=_local(b.body, t.port)), last_output, exactly=b.arg == "exactly")
+                want = replace(b, body=_local(b.body, t.port))
+                eventually(lambda want=want, output=output: check_output(want, output(), want.arg == "exactly") or True,
+                           timeout=10, interval=0.2, message=f"{b.where()}: the expected output")
             elif b.kind == "stop":
                 proc, log = t.procs[b.arg]
                 assert _stop(proc) == 0, log.read_text()
