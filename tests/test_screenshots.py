@@ -49,6 +49,7 @@ def expected() -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: `apt-get install -y chromium`")
+@pytest.mark.slow  # real runner start / runner web processes for tens of seconds: scheduled first
 def test_the_script_shoots_every_page_without_an_error(db_url: str, tmp_path: Path) -> None:
     out = tmp_path / "img"
     done = subprocess.run([sys.executable, str(SCRIPT), "--database-url", db_url, "--out", str(out)],

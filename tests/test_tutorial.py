@@ -237,6 +237,7 @@ def test_every_block_of_the_tutorial_is_marked() -> None:
                 assert b.arg.startswith("after ") and cond in CONDITIONS, f"{b.where()}: run after one of {list(CONDITIONS)}"
 
 
+@pytest.mark.slow  # real runner start / runner web processes for tens of seconds: scheduled first
 def test_the_tutorial_runs_as_written(tutorial: Tutorial) -> None:
     t = tutorial
     output: Callable[[], str] = str  # the output of the block before: what an expect block reads
