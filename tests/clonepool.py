@@ -35,11 +35,16 @@ class ClonePool:
         self._ready: deque[str] = deque()
         self._drops: deque[str] = deque()
         self._seq = 0
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # a clone that failed: every take() raises it
+        self._drop_error: BaseException | None = None  # raised by close()
         self._stopping = False
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._work, name="clone-pool", daemon=True)
-        self._thread.start()
+        # two threads: a drop may wait for a checkpoint on a busy server, and the next clone
+        # must not wait behind it
+        self._threads = [threading.Thread(target=self._clone_ahead, name="clone-pool", daemon=True),
+                         threading.Thread(target=self._drop_behind, name="clone-drops", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     def take(self, timeout: float = 300.0) -> str:
         with self._cond:
@@ -60,38 +65,26 @@ class ClonePool:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(timeout=120)
+        for thread in self._threads:
+            thread.join(timeout=120)
         with psycopg.connect(self._admin_url, autocommit=True) as admin:
             for name in [*self._ready, *self._drops]:
                 _drop(admin, name)
         self._ready.clear()
         self._drops.clear()
+        if self._drop_error is not None:
+            raise RuntimeError(f"dropping a clone failed: {self._drop_error}") from self._drop_error
 
-    def _next_task(self) -> tuple[str, str] | None:
-        """Under the lock: ("clone", name) while fewer than ``ready`` wait, else ("drop", name),
-        else None once stopping."""
-        while True:
-            if self._stopping:
-                return None
-            if len(self._ready) < self._want and self._error is None:
-                self._seq += 1
-                return "clone", f"{self._prefix}_{self._seq}"
-            if self._drops:
-                return "drop", self._drops.popleft()
-            self._cond.wait()
-
-    def _work(self) -> None:
+    def _clone_ahead(self) -> None:
         try:
             with psycopg.connect(self._admin_url, autocommit=True) as admin:
                 while True:
                     with self._cond:
-                        task = self._next_task()
-                    if task is None:
-                        return
-                    kind, name = task
-                    if kind == "drop":
-                        _drop(admin, name)
-                        continue
+                        self._cond.wait_for(lambda: self._stopping or len(self._ready) < self._want)
+                        if self._stopping:
+                            return
+                        self._seq += 1
+                        name = f"{self._prefix}_{self._seq}"
                     _drop(admin, name)  # a leftover of an earlier session of the same pid
                     _clone(admin, self._template, name)
                     self._prepare(self._url_for(name))
@@ -102,6 +95,19 @@ class ClonePool:
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
+
+    def _drop_behind(self) -> None:
+        try:
+            with psycopg.connect(self._admin_url, autocommit=True) as admin:
+                while True:
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._stopping or bool(self._drops))
+                        if not self._drops:
+                            return
+                        name = self._drops.popleft()
+                    _drop(admin, name)
+        except BaseException as exc:  # close() reports it; the clones go on
+            self._drop_error = exc
 
 
 def _clone(admin: psycopg.Connection[Any], template: str, name: str) -> None:
