@@ -123,12 +123,26 @@ SELECT e.job_name, e.schedule_slot, e.partition_key, e.fence, e.at
 FROM model.executions e
 WHERE e.phase = 'began' AND e.at < e.schedule_slot"""
 
+# A key sent again, but for the one repeat runner/effects.py does not promise away ("What is
+# not"): a stale owner whose `sent` mark landed before a takeover and whose send reached the
+# outside world after the next owner's attempt had started (frozen between the two, say); the
+# next owner's check, truthful, could not see a send still in flight. Any other repeat (a
+# second send after a confirmation, after a send the check saw, or by the same fence) is a
+# defect.
 SENT_TWICE = """
-SELECT e.mode AS effect_key, count(*) AS sends
-FROM model.executions e
-WHERE e.phase = 'sent'
-GROUP BY e.mode
-HAVING count(*) > 1"""
+WITH s AS (
+    SELECT e.mode AS effect_key, e.fence, e.at,
+           row_number() OVER (PARTITION BY e.mode ORDER BY e.at, e.id) AS nth
+    FROM model.executions e
+    WHERE e.phase = 'sent'
+)
+SELECT s.effect_key, count(*) AS repeats
+FROM s
+WHERE s.nth > 1
+  AND NOT EXISTS (SELECT 1 FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id
+                  WHERE r.idempotency_key || ':model' = s.effect_key
+                    AND a.fence > s.fence AND a.started_at < s.at)
+GROUP BY s.effect_key"""
 
 ARCHIVE = "model.pruned"
 

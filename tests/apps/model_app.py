@@ -16,8 +16,10 @@ Every execution is noted in ``model.executions`` (autocommit, outside the ledger
 before the work and ``returned`` just before a normal return, so the test can check that no
 attempt is recorded succeeded for work that did not return. Each run sends one side effect
 through the effect log (``ctx.effect``, key ``<idempotency key>:model``) before its work; the
-send is noted as phase ``sent`` (its key in ``mode``), and the effect's check reads those notes
-(truthful), so the test can check that no key is ever sent twice.
+send is noted as phase ``sent`` (its key in ``mode``, the sender's fence in ``fence``), and the
+effect's check reads those notes (truthful), so the test can check that no key is ever sent
+twice but in the one way runner/effects.py allows (a stale owner still sending after a
+takeover).
 
 A second code version is the same file run with another control file (``MODEL_CONTROL`` of
 that process): the test writes the behaviour into both.
@@ -71,10 +73,10 @@ def note(job: str, ctx: JobContext, phase: str, mode: str) -> None:
                      (job, ctx.slot, ctx.partition, ctx.fence, ctx.attempt, os.getpid(), phase, mode))
 
 
-def sent(key: str) -> None:
+def sent(key: str, fence: int) -> None:
     with outside().connection() as conn:
         conn.execute("INSERT INTO model.executions (job_name, schedule_slot, partition_key, fence, attempt, pid,"
-                     " phase, mode) VALUES ('', now(), '', 0, 0, %s, 'sent', %s)", (os.getpid(), key))
+                     " phase, mode) VALUES ('', now(), '', %s, 0, %s, 'sent', %s)", (fence, os.getpid(), key))
 
 
 def was_sent(key: str) -> bool:
@@ -109,7 +111,7 @@ def work(job: str, ctx: JobContext) -> None:
     if crash:
         os._exit(3)
     key = f"{ctx.idempotency_key}:model"
-    ctx.effect(key, lambda: sent(key), check=was_sent)
+    ctx.effect(key, lambda: sent(key, ctx.fence), check=was_sent)
     if mode == "raise":
         raise RuntimeError("model: handler failure")
     if mode == "permanent":
