@@ -276,8 +276,14 @@ def expected_runs(job: JobDef, spec: Spec,
         raise OperatorError(f"job {job.name!r} has no slot in [{spec.range_from.isoformat()}, "
                             f"{spec.range_to.isoformat()}); nothing to backfill")
     out = Expected()
+    history = owed.partitions if owed is not None and not wanted else {}
+    used: dict[str, None] = {}
     for slot in slots:
-        if stored is not None:
+        if slot in history and history[slot] is not None:
+            # the partitions the schedule history expects at this slot (issue 26: the current
+            # definition's ran slot x partitions nobody expected before a partition change)
+            keys = history[slot] or [""]
+        elif stored is not None:
             keys = stored
         else:
             try:
@@ -288,6 +294,7 @@ def expected_runs(job: JobDef, spec: Spec,
         start, end = job.window_for(slot)
         business_date = sched.business_date(start)
         for key in keys:
+            used[key] = None
             out.slots.append(slot)
             out.partition_keys.append(key)
             out.business_dates.append(business_date)
@@ -297,6 +304,8 @@ def expected_runs(job: JobDef, spec: Spec,
         if len(out) > MAX_EXPECTED_RUNS:
             raise OperatorError(f"the range holds more than {MAX_EXPECTED_RUNS} slot x partitions: "
                                 "split it into several backfills")
+    if history and stored is not None:
+        stored = list(used)  # the plan adopts and forces the runs of every partition it planned
     return out, len(slots), stored
 
 
@@ -306,6 +315,9 @@ class Owed:
 
     tracked_from: datetime  # before it, the ledger expects nothing: the current definition's slots
     slots: list[datetime]  # from it: runner.expected_slots_v1's, paused ones included
+    # each of those slots' static partitions by its history row ([] unpartitioned), None
+    # where the row's partitions are dynamic (the job's partitions callable answers)
+    partitions: dict[datetime, list[str] | None] = field(default_factory=dict)
 
 
 def owed_slots(conn: psycopg.Connection[Any], job_name: str, spec: Spec, now: datetime) -> Owed | None:
@@ -313,15 +325,19 @@ def owed_slots(conn: psycopg.Connection[Any], job_name: str, spec: Spec, now: da
     schedule history expects (runner.expected_slots_v1, the one definition of *expected*:
     history rows, tracked, not retired, due; a slot that fell due while the job was paused is
     owed too, and a backfill is how an operator catches it up). A backfill after a schedule
-    change then runs the old schedule's slots where the old schedule was in force (issue 26:
-    with the current definition it ran slots nobody expected there and left the old ones
-    listed by the gap scan after it completed). None for a job the ledger does not know."""
+    change then runs the old schedule's slots, and their partitions, where the old schedule
+    was in force (issue 26: with the current definition it ran slots nobody expected there
+    and left the old ones listed by the gap scan after it completed; a partition change, runs
+    of partitions the slot never had). None for a job the ledger does not know."""
     row = conn.execute(Q["track_from"], {"job_name": job_name}).fetchone()
     if row is None or row[0] is None:
         return None
     params = {"job_name": job_name, "range_from": spec.range_from, "range_to": spec.range_to, "now": now}
-    slots = [r[0].astimezone(UTC) for r in conn.execute(Q["owed_slots"], params).fetchall()]
-    return Owed(tracked_from=row[0].astimezone(UTC), slots=slots)
+    found = conn.execute(Q["owed_slots"], params).fetchall()
+    slots = [r[0].astimezone(UTC) for r in found]
+    partitions = {slot: (None if dynamic else list(keys or []))
+                  for slot, (_, keys, dynamic) in zip(slots, found, strict=True)}
+    return Owed(tracked_from=row[0].astimezone(UTC), slots=slots, partitions=partitions)
 
 
 def clamp_to_now(spec: Spec, now: datetime) -> tuple[Spec, bool]:

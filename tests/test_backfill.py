@@ -876,3 +876,29 @@ def test_a_backfill_across_a_schedule_change_runs_the_slots_the_history_expects(
     # every owed slot of the range has a run now: the gap scan lists none of them as never started
     assert scalar(url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'hourly'"
                        " AND state = 'never_started' AND schedule_slot < %s", (at(4),)) == 0
+
+
+def test_a_backfill_across_a_partition_change_runs_the_partitions_each_slot_had(url: str, conn: Any) -> None:
+    """Issue 26 (long model tier, seed 1916206567 example 6): the job had partition a alone
+    until T0+2h, then a and b. A backfill of [T0, T0+4h) without --partition plans each slot
+    with the partitions its schedule history expects there: a before T0+2h, a and b after.
+    Before, the current definition's a and b ran at every slot: runs of b at slots nobody
+    expected b at. The plan's partitions are the ones it planned, so it adopts and forces
+    the runs of each."""
+    conn.execute("INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, timezone, track_from,"
+                 " first_registered_at, synced_at, max_attempts, version, options, partitions)"
+                 " VALUES ('hourly', 'every', '1 hour', 'UTC', %s, %s, %s, 2, 'v', '{}', '{a,b}')",
+                 (at(0), at(0), at(0)))
+    conn.execute("INSERT INTO runner.job_schedules (job_name, valid_from, schedule_kind, every_interval, timezone,"
+                 " partitions) VALUES ('hourly', %s, 'every', '1 hour', 'UTC', '{a}'),"
+                 " ('hourly', %s, 'every', '1 hour', 'UTC', '{a,b}')", (at(0), at(2)))
+    planned = backfill.plan(conn, bf_app.jobs["hourly"], spec(start=0, end=4))
+    assert sorted(zip(planned.expected.slots, planned.expected.partition_keys, strict=True)) == [
+        (at(0), "a"), (at(1), "a"), (at(2), "a"), (at(2), "b"), (at(3), "a"), (at(3), "b")]
+    created = create(conn, spec(start=0, end=4))
+    assert created["backfill"]["expected_runs"] == 6
+    assert scalar(url, "SELECT partitions FROM runner.backfills") == ["a", "b"]
+    assert scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'hourly' AND partition_key = 'b'"
+                       " AND schedule_slot < %s", (at(2),)) == 0
+    assert scalar(url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'hourly'"
+                       " AND state = 'never_started' AND schedule_slot < %s", (at(4),)) == 0

@@ -306,8 +306,9 @@ SELECT track_from FROM runner.jobs WHERE job_name = %(job_name)s
 
 -- name: owed_slots
 -- The slots a job owes in a backfill's range by its schedule history: runner.expected_slots_v1
--- (the one definition of expected), paused ones included (a backfill catches them up).
-SELECT schedule_slot
+-- (the one definition of expected), paused ones included (a backfill catches them up), with
+-- the partitions its history row expects there.
+SELECT schedule_slot, partitions, dynamic_partitions
 FROM runner.expected_slots_v1(%(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz,
                               %(now)s::timestamptz)
 WHERE schedule_slot < %(range_to)s::timestamptz
