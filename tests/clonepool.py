@@ -38,6 +38,7 @@ class ClonePool:
         self._error: BaseException | None = None  # a clone that failed: every take() raises it
         self._drop_error: BaseException | None = None  # raised by close()
         self._stopping = False
+        self._dropping = False
         self._cond = threading.Condition()
         # two threads: a drop may wait for a checkpoint on a busy server, and the next clone
         # must not wait behind it
@@ -60,6 +61,12 @@ class ClonePool:
         with self._cond:
             self._drops.append(name)
             self._cond.notify_all()
+
+    def settle(self, timeout: float = 300.0) -> None:
+        """Wait until every database handed back is dropped (the session's roles are dropped
+        after their databases: tests/dbroles.py)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._drops and not self._dropping, timeout=timeout)
 
     def close(self) -> None:
         with self._cond:
@@ -105,7 +112,13 @@ class ClonePool:
                         if not self._drops:
                             return
                         name = self._drops.popleft()
-                    _drop(admin, name)
+                        self._dropping = True
+                    try:
+                        _drop(admin, name)
+                    finally:
+                        with self._cond:
+                            self._dropping = False
+                            self._cond.notify_all()
         except BaseException as exc:  # close() reports it; the clones go on
             self._drop_error = exc
 

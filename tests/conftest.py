@@ -201,13 +201,15 @@ def empty_db_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def db_roles(postgresql_server: Any) -> Iterator[Any]:
+def db_roles(postgresql_server: Any, clone_pool: Any) -> Iterator[Any]:
     """sql/roles.sql applied under role names unique to this test session (tests/dbroles.py);
-    the roles are dropped when the session ends."""
+    the roles are dropped when the session ends, once the databases that held their grants
+    are (the clone pool drops them in the background)."""
     from tests.dbroles import SessionRoles
 
     roles = SessionRoles()
     try:
         yield roles
     finally:
+        clone_pool.settle()
         roles.drop(url_for("postgres"))
