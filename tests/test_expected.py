@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 from tests.test_operators import make_run
@@ -155,103 +154,133 @@ def _older_than(db_url: str, instant: datetime, seconds: float) -> None:
                timeout=seconds + 30, message=f"{seconds}s past {instant}")
 
 
-@pytest.mark.parametrize("long_tier", ["approve", "skip"])
-def test_a_pause_is_not_an_outage_for_misfire_tiers(db_url: str, tmp_path: Path, long_tier: str) -> None:
+def test_a_pause_is_not_an_outage_for_misfire_tiers(db_url: str, tmp_path: Path) -> None:
     """Defect 3 of issue 26: paused 14 s, resumed while no runner was up, about 3 s of real
     outage; tiers ("10s", catch_up), (None, approve|skip). The late slots after the resume are
     caught up (the outage is seconds), not held for approval or skipped (before: lateness
     counted the pause, "missed for 17.6s"); the slots of the pause are decided by no tier and
-    stay listed by the gap scan."""
-    env = {"EXPECTED_LONG": long_tier}
-    a = RunnerProcess(f"{APPS}:pause_app", db_url, "--poll-interval", "0.2", env=env, log=tmp_path / "a.log")
+    stay listed by the gap scan. One job per long tier (tests/apps/expected.py: paused-approve,
+    paused-skip), paused and resumed together: the same scenario for both, each checked on its
+    own and named in what fails."""
+    from tests.apps.expected import LONG_TIERS
+
+    jobs = [f"paused-{long_tier}" for long_tier in LONG_TIERS]
+    a = RunnerProcess(f"{APPS}:pause_app", db_url, "--poll-interval", "0.2", log=tmp_path / "a.log")
+    visible: dict[str, Any] = {}
     try:
-        eventually(lambda: _succeeded_after(db_url, "paused", T0) >= 2, timeout=60, message="paused ran")
-        out = run_cli("pause", "paused", "--reason", "maintenance", "--yes", url=db_url)
-        assert out.returncode == 0, out.stderr
-        visible = scalar(db_url, "SELECT now()")  # the pause has committed: every claim from here sees it
+        for job in jobs:
+            eventually(lambda job=job: _succeeded_after(db_url, job, T0) >= 2, timeout=60, message=f"{job} ran")
+        for job in jobs:
+            out = run_cli("pause", job, "--reason", "maintenance", "--yes", url=db_url)
+            assert out.returncode == 0, out.stderr
+            visible[job] = scalar(db_url, "SELECT now()")  # the pause has committed: every claim from here sees it
     finally:
         assert a.terminate() == 0, a.output()
-    paused_at = scalar(db_url, "SELECT paused_from FROM runner.job_pauses")
-    _older_than(db_url, paused_at, 14)
-    out = run_cli("resume", "paused", "--reason", "maintenance done", "--yes", url=db_url)
-    assert out.returncode == 0, out.stderr
-    resumed = scalar(db_url, "SELECT paused_until FROM runner.job_pauses")
-    _older_than(db_url, resumed, 3)  # the runner is still down: a real outage of seconds
-    b = RunnerProcess(f"{APPS}:pause_app", db_url, "--poll-interval", "0.2", env=env, log=tmp_path / "b.log")
+    paused_at = dict(rows(db_url, "SELECT job_name, paused_from FROM runner.job_pauses"))
+    _older_than(db_url, max(paused_at.values()), 14)
+    for job in jobs:
+        out = run_cli("resume", job, "--reason", "maintenance done", "--yes", url=db_url)
+        assert out.returncode == 0, out.stderr
+    resumed = dict(rows(db_url, "SELECT job_name, paused_until FROM runner.job_pauses"))
+    _older_than(db_url, max(resumed.values()), 3)  # the runner is still down: a real outage of seconds
+    b = RunnerProcess(f"{APPS}:pause_app", db_url, "--poll-interval", "0.2", log=tmp_path / "b.log")
     try:
-        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions") > 0, timeout=60,
-                   message="the downtime decided")
+        for job in jobs:
+            eventually(lambda job=job: scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions"
+                                                      " WHERE job_name = %s", (job,)) > 0, timeout=60,
+                       message=f"{job}: the downtime decided")
         eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE trigger = 'catch_up'"
                                           " AND status NOT IN ('succeeded', 'skipped', 'awaiting_approval')") == 0,
                    timeout=30, message="the caught-up slots ran")
     finally:
         assert b.terminate() == 0, b.output()
-    decided = rows(db_url, "SELECT d.tier, d.action, r.status, d.lateness, r.schedule_slot"
-                           " FROM runner.misfire_decisions d JOIN runner.job_runs r ON r.id = d.run_id ORDER BY 5")
-    assert decided, "the late slots after the resume were decided"
-    assert {(t, act, st) for t, act, st, _, _ in decided} == {("catch_up", "catch_up", "succeeded")}, decided
-    assert all(lateness < timedelta(seconds=10) for _, _, _, lateness, _ in decided), decided
-    assert all(slot >= resumed for *_, slot in decided), decided  # no tier decided a paused slot
-    assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind = 'misfire_tier'") == 0
-    # the slots of the pause are not late, and not dropped: the gap scan lists them. A pause
-    # takes effect when it commits: paused_from is its clock inside the transaction, so a claim
-    # whose statement began between the two (under load, a slot of this 1 s job can fall due
-    # there) may start a slot just after paused_from; no claim made after the commit does
-    raced = rows(db_url, "SELECT schedule_slot, scheduled_at, trigger FROM runner.job_runs"
-                         " WHERE schedule_slot > %s AND schedule_slot < %s", (paused_at, resumed))
-    assert all(at < visible and trigger == "schedule" for _, at, trigger in raced), (visible, raced)
-    assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE state = 'never_started'"
-                          " AND schedule_slot > %s AND schedule_slot < %s", (paused_at, resumed)) >= 12
+    for job in jobs:
+        decided = rows(db_url, "SELECT d.tier, d.action, r.status, d.lateness, r.schedule_slot"
+                               " FROM runner.misfire_decisions d JOIN runner.job_runs r ON r.id = d.run_id"
+                               " WHERE r.job_name = %s ORDER BY 5", (job,))
+        assert decided, f"{job}: the late slots after the resume were decided"
+        assert {(t, act, st) for t, act, st, _, _ in decided} == {("catch_up", "catch_up", "succeeded")}, \
+            (job, decided)
+        assert all(lateness < timedelta(seconds=10) for _, _, _, lateness, _ in decided), (job, decided)
+        assert all(slot >= resumed[job] for *_, slot in decided), (job, decided)  # no tier decided a paused slot
+        assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind = 'misfire_tier'"
+                              " AND job_name = %s", (job,)) == 0, job
+        # the slots of the pause are not late, and not dropped: the gap scan lists them. A
+        # pause takes effect when it commits: paused_from is its clock inside the transaction,
+        # so a claim whose statement began between the two (under load, a slot of this 1 s job
+        # can fall due there) may start a slot just after paused_from; no claim made after the
+        # commit does
+        raced = rows(db_url, "SELECT schedule_slot, scheduled_at, trigger FROM runner.job_runs"
+                             " WHERE job_name = %s AND schedule_slot > %s AND schedule_slot < %s",
+                     (job, paused_at[job], resumed[job]))
+        assert all(at < visible[job] and trigger == "schedule" for _, at, trigger in raced), \
+            (job, visible[job], raced)
+        assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE state = 'never_started'"
+                              " AND job_name = %s AND schedule_slot > %s AND schedule_slot < %s",
+                      (job, paused_at[job], resumed[job])) >= 12, job
     assert_ledger_clean(db_url)
 
 
 # -- defect 4: the retired span is never decided ------------------------------------------------
 
 
-@pytest.mark.parametrize("policy", ["coalesce", "replay", "skip", "tiers"])
-def test_a_restart_after_unretire_decides_nothing_in_the_retired_span(
-        db_url: str, tmp_path: Path, policy: str) -> None:
+def test_a_restart_after_unretire_decides_nothing_in_the_retired_span(db_url: str, tmp_path: Path) -> None:
     """Defect 4 of issue 26: a job is retired while its runner runs, the runner stops, the job
     is unretired 8 s later and a runner starts. README: the slots between the retirement and
     its end are never expected. Before, the misfire duty read pauses but not retirements and
     decided the span by the policy: coalesce ran one catch_up covering it (coalesced rows in
     it), replay ran some and held the rest for approval (listed by the gap scan), skip skipped
-    them, tiers held them for approval with an alert. Now: no run, decision or alert there."""
-    env = {"EXPECTED_POLICY": policy}
-    a = RunnerProcess(f"{APPS}:retire_app", db_url, "--poll-interval", "0.2", env=env, log=tmp_path / "a.log")
+    them, tiers held them for approval with an alert. Now: no run, decision or alert there.
+    One job per policy (tests/apps/expected.py: span-coalesce, span-replay, span-skip,
+    span-tiers), retired and unretired together: the same scenario for each, each checked on
+    its own and named in what fails."""
+    from tests.apps.expected import POLICIES
+
+    jobs = [f"span-{policy}" for policy in POLICIES]
+    a = RunnerProcess(f"{APPS}:retire_app", db_url, "--poll-interval", "0.2", log=tmp_path / "a.log")
     try:
-        eventually(lambda: _succeeded_after(db_url, "span", T0) >= 2, timeout=60, message="span ran")
-        out = run_cli("retire", "span", "--reason", "moved to another service", "--yes", url=db_url)
-        assert out.returncode == 0, out.stderr
+        for job in jobs:
+            eventually(lambda job=job: _succeeded_after(db_url, job, T0) >= 2, timeout=60, message=f"{job} ran")
+        for job in jobs:
+            out = run_cli("retire", job, "--reason", "moved to another service", "--yes", url=db_url)
+            assert out.returncode == 0, out.stderr
     finally:
         assert a.terminate() == 0, a.output()
-    retired = scalar(db_url, "SELECT retired_from FROM runner.job_retirements")
-    _older_than(db_url, retired, 8)
-    out = run_cli("unretire", "span", "--reason", "moved back", "--yes", url=db_url)
-    assert out.returncode == 0, out.stderr
-    unretired = scalar(db_url, "SELECT retired_until FROM runner.job_retirements")
-    b = RunnerProcess(f"{APPS}:retire_app", db_url, "--poll-interval", "0.2", env=env, log=tmp_path / "b.log")
+    retired = dict(rows(db_url, "SELECT job_name, retired_from FROM runner.job_retirements"))
+    _older_than(db_url, max(retired.values()), 8)
+    for job in jobs:
+        out = run_cli("unretire", job, "--reason", "moved back", "--yes", url=db_url)
+        assert out.returncode == 0, out.stderr
+    unretired = dict(rows(db_url, "SELECT job_name, retired_until FROM runner.job_retirements"))
+    b = RunnerProcess(f"{APPS}:retire_app", db_url, "--poll-interval", "0.2", log=tmp_path / "b.log")
     try:
-        eventually(lambda: _succeeded_after(db_url, "span", unretired + 2 * S) >= 3, timeout=60,
-                   message="span runs again")
-        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status IN ('pending', 'running')"
-                                          " AND schedule_slot < %s", (unretired,)) == 0, timeout=30,
+        for job in jobs:
+            eventually(lambda job=job: _succeeded_after(db_url, job, unretired[job] + 2 * S) >= 3, timeout=60,
+                       message=f"{job} runs again")
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs r"
+                                          " JOIN runner.job_retirements t ON t.job_name = r.job_name"
+                                          " WHERE r.status IN ('pending', 'running')"
+                                          " AND r.schedule_slot < t.retired_until") == 0, timeout=30,
                    message="whatever was started before the unretirement ended")
     finally:
         assert b.terminate() == 0, b.output()
-    in_span = rows(db_url, "SELECT schedule_slot, status, trigger, status_reason FROM runner.job_runs"
-                           " WHERE schedule_slot > %s AND schedule_slot < %s ORDER BY 1", (retired, unretired))
-    assert in_span == [], in_span
-    assert scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions WHERE schedule_slot > %s"
-                          " AND schedule_slot < %s", (retired, unretired)) == 0
-    # nothing owed there: nothing listed, nothing alerted, no run covers the span's windows
-    assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE schedule_slot > %s"
-                          " AND schedule_slot < %s", (retired, unretired)) == 0
-    assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind IN ('misfire_tier', 'dead')") == 0
-    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'awaiting_approval'") == 0
-    # (a run after it covers no window reaching into it: the first slot after it has its own)
-    assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE schedule_slot > %s"
-                          " AND window_start < %s - interval '1 second'", (unretired, unretired)) == 0
+    for job in jobs:
+        span = (job, retired[job], unretired[job])
+        in_span = rows(db_url, "SELECT schedule_slot, status, trigger, status_reason FROM runner.job_runs"
+                               " WHERE job_name = %s AND schedule_slot > %s AND schedule_slot < %s ORDER BY 1", span)
+        assert in_span == [], (job, in_span)
+        assert scalar(db_url, "SELECT count(*) FROM runner.misfire_decisions WHERE job_name = %s"
+                              " AND schedule_slot > %s AND schedule_slot < %s", span) == 0, job
+        # nothing owed there: nothing listed, nothing alerted, no run covers the span's windows
+        assert scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = %s"
+                              " AND schedule_slot > %s AND schedule_slot < %s", span) == 0, job
+        assert scalar(db_url, "SELECT count(*) FROM runner.alerts WHERE kind IN ('misfire_tier', 'dead')"
+                              " AND job_name = %s", (job,)) == 0, job
+        assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'awaiting_approval'"
+                              " AND job_name = %s", (job,)) == 0, job
+        # (a run after it covers no window reaching into it: the first slot after it has its own)
+        assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = %s AND schedule_slot > %s"
+                              " AND window_start < %s - interval '1 second'", (job, unretired[job], unretired[job])) == 0, job
     assert_ledger_clean(db_url)
 
 

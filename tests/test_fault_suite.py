@@ -23,12 +23,14 @@ NAMESPACE = 21077
 @pytest.mark.slow
 @pytest.mark.parametrize("handlers", ["sync", "async"])
 def test_short_fault_tier_keeps_every_guarantee(db_url: str, tmp_path: Path, handlers: str) -> None:
-    """3 runner processes, 30 s of kill -9, SIGSTOP past the lease, connection kills and
+    """3 runner processes, 20 s of kill -9, SIGSTOP past the lease, connection kills and
     crash points (no PostgreSQL restart: CI's server is shared), then every invariant; with
-    plain handlers, and with async def ones (scripts/fault_app.py: FAULT_ASYNC)."""
+    plain handlers, and with async def ones (scripts/fault_app.py: FAULT_ASYNC). (The plan of
+    seed 7 is the same 12 faults at any duration / fault interval ratio: 5 kill -9, 5 SIGSTOP,
+    2 connection kills; 20 s at one every 2 s injects what 30 s at one every 3 s did.)"""
     out = subprocess.run(
-        [sys.executable, "scripts/fault_suite.py", "--processes", "3", "--duration", "30",
-         "--seed", "7", "--fault-interval", "3", "--crash-rate", "0.05", "--database-url", db_url, "--json",
+        [sys.executable, "scripts/fault_suite.py", "--processes", "3", "--duration", "20",
+         "--seed", "7", "--fault-interval", "2", "--crash-rate", "0.05", "--database-url", db_url, "--json",
          "--log-dir", str(tmp_path / "logs"), *(["--async"] if handlers == "async" else [])],
         cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert out.stdout, out.stderr
@@ -37,7 +39,7 @@ def test_short_fault_tier_keeps_every_guarantee(db_url: str, tmp_path: Path, han
     assert not failed, f"invariants failed: {failed}\nfigures: {result['figures']}\nlogs: {tmp_path / 'logs'}"
     assert out.returncode == 0, out.stderr
     figures = result["figures"]
-    assert figures["runs expected (slot x partition)"] >= 3 * 2 * 25
+    assert figures["runs expected (slot x partition)"] >= 3 * 2 * 16  # 2 jobs x 3 partitions, every second: 20 s less slack
     assert result["invariants"]["ledger audit violations (runner check)"] == {
         "value": 0, "required": 0, "ok": True}
     assert sum(figures["faults injected"].values()) >= 4

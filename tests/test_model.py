@@ -25,11 +25,22 @@ awaiting_approval or cancelled; or pruned, as the archive table says) or listed 
 ``runner.missing_slots``, outside the job's retired spans, and that no run of the live schedule
 exists for a slot the schedule history does not expect.
 
-Tiers (``RUNNER_MODEL_TIER``): ``ci`` (default: a fixed seed, a couple of examples, about two
-minutes) and ``long`` (``RUNNER_MODEL_EXAMPLES`` x ``RUNNER_MODEL_STEPS``, 40 x 30 by
+Tiers (``RUNNER_MODEL_TIER``): ``ci`` (default: seed ``CI_SEED``, 3 examples of up to 15 steps,
+about 80 s) and ``long`` (``RUNNER_MODEL_EXAMPLES`` x ``RUNNER_MODEL_STEPS``, 40 x 30 by
 default, seed ``RUNNER_MODEL_SEED`` or a random one that is printed). A failing example
 writes its step log and the runners' logs under the test's tmp directory (the assertion
 message says where); with ``RUNNER_MODEL_KEEP=1`` its database is kept too.
+
+The CI tier's examples: Hypothesis's first is always its simplest (one runner, the first rule,
+``prune``, every step), the other two are drawn from the seed. Seed 82 was chosen because those
+two take, between them, 20 of the 23 kinds of step: a rollout, backfills cancelled and paused,
+a forced rerun, approve and skip of held runs, retire and unretire, pauses, lane limits,
+prune, schedule, partition and misfire changes, a redeploy after a downtime, kill -9 of both
+runners, lost lock sessions, every runner frozen past the lease, one-shot crashes, slow and
+permanent handlers. Left to the long tier: one runner frozen alone, every runner stopped,
+the database refusing connections. (Before: ``derandomize`` and 4 examples, ~140 s, and
+in a measured run none of the four took a rollout.) The steps a seed gives depend on Hypothesis's version and on
+the rules: after changing either, read the examples' steps.txt and choose the seed again.
 """
 
 from __future__ import annotations
@@ -76,6 +87,7 @@ RUNNER_ARGS = ("--poll-interval", "0.2", "--grace", "1")
 SETTLED = ("succeeded", "skipped", "coalesced", "dead", "awaiting_approval", "cancelled")
 
 TIER = os.environ.get("RUNNER_MODEL_TIER", "ci")
+CI_SEED = 82  # see the module docstring: which steps its examples take
 
 MODEL_SCHEMA = """
 CREATE SCHEMA model;
@@ -833,7 +845,7 @@ def _profile() -> settings:
     if TIER == "long":
         return settings(max_examples=int(os.environ.get("RUNNER_MODEL_EXAMPLES", "40")),
                         stateful_step_count=int(os.environ.get("RUNNER_MODEL_STEPS", "30")), **common)
-    return settings(max_examples=4, stateful_step_count=15, derandomize=True, **common)
+    return settings(max_examples=3, stateful_step_count=15, **common)
 
 
 def test_the_loop_against_a_model(postgresql_server: Any, tmp_path: Path,
@@ -851,6 +863,8 @@ def test_the_loop_against_a_model(postgresql_server: Any, tmp_path: Path,
         machine = seed(chosen)(LoopModel)
         with capsys.disabled():
             print(f"\nmodel: long tier, seed {chosen}, work directory {tmp_path}")
+    else:
+        machine = seed(CI_SEED)(LoopModel)
     started = time.monotonic()
     try:
         run_state_machine_as_test(machine, settings=_profile())

@@ -1,5 +1,6 @@
 """Apps of tests/test_expected.py, run by real ``runner start`` processes: one job every
-second, its misfire policy chosen by the test (the same in every process it starts)."""
+second per variant the test checks (its misfire policy or its long tier in its name), so that one
+scenario in time serves every variant."""
 
 import os
 import threading
@@ -14,22 +15,24 @@ def work(ctx: JobContext) -> None:
     pass
 
 
-# -- a job retired, then unretired while no runner was up: EXPECTED_POLICY ---------------------
+# -- jobs retired, then unretired while no runner was up: one job per misfire policy ---------
 POLICIES: dict[str, Any] = {
     "coalesce": "coalesce",
     "replay": "replay",
     "skip": "skip",
     "tiers": tiers(("5s", "catch_up"), (None, "approve")),
 }
-policy = os.environ.get("EXPECTED_POLICY", "coalesce")
 retire_app = Runner()
-retire_app.job("span", every="1s", grace="1s", owner="settlement-platform", misfire=POLICIES[policy],
-               **({"max_catch_up": 3} if policy == "replay" else {}))(work)
+for _policy, _misfire in POLICIES.items():
+    retire_app.job(f"span-{_policy}", every="1s", grace="1s", owner="settlement-platform", misfire=_misfire,
+                   **({"max_catch_up": 3} if _policy == "replay" else {}))(work)
 
-# -- a job paused, then resumed while no runner was up: its long tier EXPECTED_LONG -----------
+# -- jobs paused, then resumed while no runner was up: one job per long tier -------------------
+LONG_TIERS = ("approve", "skip")
 pause_app = Runner()
-pause_app.job("paused", every="1s", grace="1s", owner="settlement-platform",
-              misfire=tiers(("10s", "catch_up"), (None, os.environ.get("EXPECTED_LONG", "approve"))))(work)
+for _long in LONG_TIERS:
+    pause_app.job(f"paused-{_long}", every="1s", grace="1s", owner="settlement-platform",
+                  misfire=tiers(("10s", "catch_up"), (None, _long)))(work)
 
 # -- a long late range, its runner killed midway through deciding it --------------------------
 # The 25 slots before EXPECTED_BASE have 100 partitions each (a misfire pass decides 10 slots:
