@@ -48,11 +48,11 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner.attempt import execute_async, failure
 from runner.context import AsyncJobContext
 from runner.errors import AttemptTimedOut, error_text
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Outcome
+from runner.model.jobs import JobDef
+from runner.store.ledger import ClaimedRun, Outcome
+from runner.worker.attempt import execute_async, failure
 
 log = logging.getLogger("runner.aio")
 

@@ -32,10 +32,10 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import actions, audit, backfill, copies, lanes, ledger, migrate, operate, pooler
-from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
+from runner.actions import audit, backfill, copies, operate
+from runner.actions import registry as actions
 from runner.errors import JobDefinitionError, JobRetired
-from runner.loader import load_app
+from runner.model.loader import load_app
 from runner.printable import printable
 from runner.settings import (
     ConfigError,
@@ -47,6 +47,9 @@ from runner.settings import (
     redact_error,
 )
 from runner.sqlfiles import queries
+from runner.store import ledger, migrate, pooler
+from runner.worker import lanes
+from runner.worker.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 
 app = typer.Typer(
     name="runner",
@@ -111,7 +114,7 @@ def _resolve_db(flag: str | None) -> DatabaseChoice:
                  "/proc); pass the URL in RUNNER_DATABASE_URL, or the password in PGPASSWORD or a "
                  "password file (PGPASSFILE, ~/.pgpass)", err=True)
         return choice
-    from runner import embedded
+    from runner.store import embedded
 
     server = embedded.start()
     for note in server.notes:
@@ -327,9 +330,9 @@ def start(
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter, TextFormatter, event
-    from runner.loop import LoopConfig, Worker
-    from runner.metrics import Metrics
-    from runner.signals import SignalStop
+    from runner.worker.loop import LoopConfig, Worker
+    from runner.worker.metrics import Metrics
+    from runner.worker.signals import SignalStop
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -395,7 +398,7 @@ def start(
 
 
 def embedded_home() -> Path:
-    from runner import embedded
+    from runner.store import embedded
 
     return embedded.home_dir()
 
@@ -403,7 +406,7 @@ def embedded_home() -> Path:
 @embedded_app.command("status")
 def embedded_status(as_json: JsonOpt = False) -> None:
     """Whether the embedded PostgreSQL of this directory runs, and where its data and log are."""
-    from runner import embedded
+    from runner.store import embedded
 
     with _errors():
         info = embedded.describe()
@@ -424,7 +427,7 @@ def embedded_status(as_json: JsonOpt = False) -> None:
 @embedded_app.command("stop")
 def embedded_stop() -> None:
     """Stop the embedded PostgreSQL of this directory; its data is kept."""
-    from runner import embedded
+    from runner.store import embedded
 
     with _errors():
         was_running = embedded.stop()
@@ -437,7 +440,7 @@ def embedded_stop() -> None:
 def embedded_destroy(yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False) -> None:
     """Stop the embedded PostgreSQL of this directory and delete its data: every run, job
     and request of that ledger."""
-    from runner import embedded
+    from runner.store import embedded
 
     home = _relative(embedded_home())
     info = embedded.describe()
@@ -976,8 +979,8 @@ def resume(
 
 
 def _retention_option(value: str) -> Any:
-    from runner.jobs import parse_retention
-    from runner.schedule import ScheduleError
+    from runner.model.jobs import parse_retention
+    from runner.model.schedule import ScheduleError
 
     text = value.strip()
     try:
@@ -1048,7 +1051,7 @@ def prune(
     as_json: JsonOpt = False,
 ) -> None:
     """Apply the retention policy now (runners also do it in the background)."""
-    from runner import retention
+    from runner.actions import retention
 
     if archive_table and archive_file:
         fail("give --archive-table or --archive-file, not both", 2)

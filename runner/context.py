@@ -34,12 +34,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner import checkpoints, ledger
-from runner.checkpoints import HandedOff
-from runner.effects import run_effect
 from runner.errors import AttemptTimedOut, LostOwnership
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun
+from runner.worker import checkpoints
+from runner.worker.checkpoints import HandedOff
+from runner.worker.effects import run_effect
 
 log = logging.getLogger("runner.attempt")
 

@@ -38,16 +38,17 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner import __version__, ledger, migrate
-from runner.app import JobDef, Runner
-from runner.attempt import execute, execute_async, failure
+from runner import __version__
 from runner.context import AsyncJobContext, JobContext
 from runner.errors import LockUnavailable
-from runner.fanout import plan_slot
-from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
-from runner.schedule import idempotency_keys
+from runner.model.app import JobDef, Runner
+from runner.model.schedule import idempotency_keys
 from runner.settings import ConfigError, lock_namespace
 from runner.sqlfiles import queries
+from runner.store import ledger, migrate
+from runner.store.ledger import ClaimedRun, Outcome, Owner, SlotClaim
+from runner.worker.attempt import execute, execute_async, failure
+from runner.worker.fanout import plan_slot
 
 Q = queries("testing")
 

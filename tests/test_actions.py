@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import typer
 
-from runner import actions, cli
+from runner import cli
+from runner.actions import registry as actions
 from runner.web import actions as web_actions
 
 # audited CLI commands that are not operator actions of the registry, each with why

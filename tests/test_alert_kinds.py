@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from runner import alerts, sqlfiles
+from runner import sqlfiles
+from runner.model import alerts
 from tests.support import ROOT, rows, scalar
 
 

@@ -194,7 +194,7 @@ def test_a_rerun_starts_from_scratch_unless_asked_to_resume(ck_db: str) -> None:
 
 
 def test_a_state_too_large_or_not_json_is_refused_and_nothing_is_written(ck_db: str) -> None:
-    from runner.checkpoints import MAX_BYTES, CheckpointError
+    from runner.worker.checkpoints import MAX_BYTES, CheckpointError
     from tests.support import running_worker
 
     errors: list[str] = []

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 from pytest_postgresql.janitor import DatabaseJanitor
 
-from runner import ledger
+from runner.store import ledger
 from tests.conftest import SERVER, url_for
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 from tests.test_backfill import APP, at, iso

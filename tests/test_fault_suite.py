@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from runner import ledger
+from runner.store import ledger
 from tests.support import ROOT, RunnerProcess, assert_ledger_clean, eventually, rows, scalar
 
 NAMESPACE = 21077
@@ -211,8 +211,8 @@ def test_a_session_cut_while_relocking_does_not_end_the_runner(db_url: str,
     import threading
 
     from runner import Runner
-    from runner import ledger as ledger_module
-    from runner.loop import LoopConfig, Worker
+    from runner.store import ledger as ledger_module
+    from runner.worker.loop import LoopConfig, Worker
 
     app = Runner()
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from runner.schedule import Schedule, ScheduleError, parse_schedule
+from runner.model.schedule import Schedule, ScheduleError, parse_schedule
 
 ZONES = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Seoul",
          "Pacific/Apia", "UTC", "Europe/London",

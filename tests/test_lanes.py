@@ -14,8 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import lanes, ledger
-from runner.ledger import Owner
+from runner.store import ledger
+from runner.store.ledger import Owner
+from runner.worker import lanes
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 APP = "tests/apps/lanes.py:app"

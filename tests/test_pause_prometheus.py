@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 
-from runner import backfill, conditions
+from runner.actions import backfill
+from runner.worker import conditions
 from tests import promserver
 from tests.apps.conditions import app as cond_app
 from tests.promserver import Exporter

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 from prometheus_client.registry import CollectorRegistry
 
-from runner.metrics import Metrics
-from runner.schedule import Schedule
+from runner.model.schedule import Schedule
+from runner.worker.metrics import Metrics
 from tests import promserver
 from tests.support import ROOT
 

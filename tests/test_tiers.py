@@ -12,8 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import JobDefinitionError, Runner, ledger, misfire, tiers
-from runner.schedule import idempotency_key
+from runner import JobDefinitionError, Runner
+from runner.model import tiers
+from runner.model.schedule import idempotency_key
+from runner.store import ledger
+from runner.worker import misfire
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 T0 = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)

@@ -19,9 +19,9 @@ from typing import Any
 
 import psycopg
 
-from runner import actions as registry
-from runner.app import Runner
-from runner.operate import OperatorError
+from runner.actions import registry as registry
+from runner.actions.operate import OperatorError
+from runner.model.app import Runner
 from runner.settings import lock_namespace
 from runner.web.auth import User
 

@@ -59,11 +59,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runner import ledger, operate
-from runner.actions import parse_time
-from runner.app import Runner
+from runner.actions import operate
+from runner.actions.registry import parse_time
+from runner.model.app import Runner
 from runner.settings import redact
 from runner.sqlfiles import queries
+from runner.store import ledger
 from runner.web import actions, auth, charts, reads
 from runner.web.auth import User
 
@@ -882,7 +883,7 @@ def serve(web: Starlette, host: str, port: int, log_level: str, grace: int,
 
     import uvicorn
 
-    from runner.signals import SignalStop
+    from runner.worker.signals import SignalStop
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

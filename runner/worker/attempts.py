@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runner.context import RunContext
-from runner.ledger import ClaimedRun
+from runner.store.ledger import ClaimedRun
 
 
 @dataclass

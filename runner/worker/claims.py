@@ -41,16 +41,17 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, misfire
 from runner.errors import error_text
 from runner.events import event
-from runner.fanout import plan_slot
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner, SlotClaim
-from runner.metrics import Metrics
-from runner.schedule import idempotency_keys
+from runner.model.jobs import JobDef
+from runner.model.schedule import idempotency_keys
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner, SlotClaim
+from runner.worker import misfire
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig
+from runner.worker.fanout import plan_slot
+from runner.worker.metrics import Metrics
 from runner.worker.misfires import Misfires
 from runner.worker.session import LockSession
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from runner.fanout import MAX_PARTITIONS
-from runner.jobs import Retention
+from runner.model.jobs import Retention
+from runner.worker.fanout import MAX_PARTITIONS
 
 
 @dataclass(frozen=True)

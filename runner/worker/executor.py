@@ -31,18 +31,18 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import ledger
 from runner.aio import AsyncHandlers
-from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext, RunContext
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Outcome, Owner
-from runner.metrics import Metrics
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Outcome, Owner
+from runner.worker.attempt import crash_point, execute, failure
 from runner.worker.attempts import Attempts
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig, first_line
+from runner.worker.metrics import Metrics
 from runner.worker.session import LockSession
 
 log = logging.getLogger("runner.loop")

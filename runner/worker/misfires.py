@@ -20,10 +20,10 @@ from typing import Any
 
 import psycopg
 
-from runner import misfire
 from runner.errors import error_text
-from runner.jobs import JobDef
-from runner.ledger import SlotClaim
+from runner.model.jobs import JobDef
+from runner.store.ledger import SlotClaim
+from runner.worker import misfire
 from runner.worker.config import LoopConfig
 from runner.worker.session import LockSession
 

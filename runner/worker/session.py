@@ -26,8 +26,8 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, pooler
-from runner.ledger import Owner
+from runner.store import ledger, pooler
+from runner.store.ledger import Owner
 from runner.worker.attempts import Attempts
 from runner.worker.config import connect, first_line
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runner import takeover
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner
-from runner.metrics import Metrics
+from runner.model.jobs import JobDef
+from runner.store.ledger import ClaimedRun, Owner
+from runner.worker import orphans as takeover
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig
+from runner.worker.metrics import Metrics
 from runner.worker.session import LockSession
 
 DEFAULT_LEASE = 60.0  # seconds: the lease of a run whose job this process does not define

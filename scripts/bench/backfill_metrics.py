@@ -23,8 +23,10 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from runner import Runner, backfill, migrate
-from runner.metrics import BackfillCollector
+from runner import Runner
+from runner.actions import backfill
+from runner.store import migrate
+from runner.worker.metrics import BackfillCollector
 from scripts.bench.benchlib import DEFAULT_DSN, drop_database, recreate_database
 
 FILL = """

@@ -47,8 +47,9 @@ from benchlib import (  # noqa: E402
     recreate_database,
 )
 
-from runner import Runner, ledger, migrate  # noqa: E402
-from runner.app import JobDef  # noqa: E402
+from runner import Runner  # noqa: E402
+from runner.model.app import JobDef  # noqa: E402
+from runner.store import ledger, migrate  # noqa: E402
 
 ZONES = ["UTC", "Asia/Seoul", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"]
 

@@ -37,9 +37,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner import ledger, migrate  # noqa: E402
-from runner.ledger import Outcome, Owner, SlotClaim  # noqa: E402
-from runner.schedule import idempotency_keys  # noqa: E402
+from runner.model.schedule import idempotency_keys  # noqa: E402
+from runner.store import ledger, migrate  # noqa: E402
+from runner.store.ledger import Outcome, Owner, SlotClaim  # noqa: E402
 
 APP = '''
 from runner import Runner

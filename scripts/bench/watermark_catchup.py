@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 from benchlib import DEFAULT_DSN, dsn_for, environment  # noqa: E402
 from gap_scan import url_of  # noqa: E402
 
-from runner import gapscan  # noqa: E402
+from runner.worker import gapscan  # noqa: E402
 
 HOLES = "SELECT count(*), md5(string_agg(job_name || schedule_slot || partition_key || whole_slot, ',' ORDER BY 1)) FROM" \
         " (SELECT job_name, schedule_slot, partition_key, whole_slot FROM runner.gap_holes ORDER BY 1, 2, 3, 4) h"

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runner import JobContext, Runner, tiers
+from runner import JobContext, Runner
+from runner.model import tiers
 
 
 def work(ctx: JobContext) -> None:

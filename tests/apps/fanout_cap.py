@@ -3,7 +3,7 @@ one key past the per-slot cap (runner/fanout.py: MAX_PARTITIONS) every second; `
 plain job that must keep running beside it."""
 
 from runner import Runner
-from runner.fanout import MAX_PARTITIONS
+from runner.worker.fanout import MAX_PARTITIONS
 
 app = Runner()
 KEYS = [f"tenant-{i}" for i in range(MAX_PARTITIONS + 1)]

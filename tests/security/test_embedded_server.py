@@ -30,7 +30,7 @@ import psutil
 import psycopg
 import pytest
 
-from runner import embedded
+from runner.store import embedded
 
 INTRUDER = "runner-intruder"
 USER = "runner-tester"  # an ordinary user who runs the runner (the non-root case)

@@ -8,7 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from runner import Runner, ledger, misfire, tiers
+from runner import Runner
+from runner.model import tiers
+from runner.store import ledger
+from runner.worker import misfire
 from tests.security.conftest import Logins, refused
 from tests.support import rows
 

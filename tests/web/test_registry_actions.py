@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import psycopg
 
-from runner import actions
+from runner.actions import registry as actions
 from runner.web import auth
 from tests.support import scalar
 from tests.web.conftest import (

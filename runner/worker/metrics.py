@@ -88,9 +88,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runner import ledger
-from runner.schedule import Schedule
+from runner.model.schedule import Schedule
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.metrics")
 Q = queries("metrics")

@@ -91,8 +91,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runner import policies
-from runner.schedule import ScheduleError, parse_interval
+from runner.model import policies
+from runner.model.schedule import ScheduleError, parse_interval
 
 # from the registry of misfire policies (runner/policies.py)
 ACTIONS = policies.TIER_ACTIONS

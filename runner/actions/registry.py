@@ -36,9 +36,10 @@ from typing import Any
 
 import psycopg
 
-from runner import approvals, backfill, bulk, copies, lanes, operate, retention
-from runner.app import LANE_NAME, JobDef, Runner
-from runner.operate import OperatorError
+from runner.actions import approvals, backfill, bulk, copies, operate, retention
+from runner.actions.operate import OperatorError
+from runner.model.app import LANE_NAME, JobDef, Runner
+from runner.worker import lanes
 
 log = logging.getLogger("runner.actions")
 

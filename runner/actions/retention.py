@@ -50,8 +50,8 @@ from typing import IO, Any
 import psycopg
 from psycopg import sql
 
-from runner import ledger
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.retention")
 Q = queries("retention")

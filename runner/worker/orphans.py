@@ -46,9 +46,9 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
 from runner.events import event
-from runner.ledger import ClaimedRun, Owner
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner
 
 log = logging.getLogger("runner.takeover")
 

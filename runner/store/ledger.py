@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from runner.errors import JobRetired
-from runner.jobs import JobDef, Retention
+from runner.model.jobs import JobDef, Retention
 from runner.sqlfiles import queries
 
 Q = queries("ledger")

@@ -101,13 +101,14 @@ from typing import Any
 
 import psycopg
 
-from runner import conditions, policies
 from runner.events import event
-from runner.fanout import plan_slot
-from runner.jobs import JobDef
-from runner.schedule import idempotency_key
+from runner.model import policies
+from runner.model.jobs import JobDef
+from runner.model.schedule import idempotency_key
+from runner.model.tiers import RUNS, Tier
 from runner.sqlfiles import queries
-from runner.tiers import RUNS, Tier
+from runner.worker import conditions
+from runner.worker.fanout import plan_slot
 
 log = logging.getLogger("runner.misfire")
 Q = queries("misfire")

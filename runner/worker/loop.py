@@ -61,12 +61,13 @@ from uuid import uuid4
 
 import psycopg
 
-from runner import __version__, conditions, copies, gapscan, history, ledger, pooler, retention
-from runner.duties import Duties, Duty, Maintenance, on_own_connection
+from runner import __version__
+from runner.actions import copies, retention
 from runner.events import event
-from runner.jobs import JobDef, JobSource
-from runner.ledger import ClaimedRun, Owner
-from runner.metrics import Metrics
+from runner.model.jobs import JobDef, JobSource
+from runner.store import ledger, pooler
+from runner.store.ledger import ClaimedRun, Owner
+from runner.worker import conditions, gapscan, history
 from runner.worker.attempts import Attempts
 from runner.worker.backfill_lane import LANE_YIELD as LANE_YIELD
 from runner.worker.backfill_lane import BackfillLane
@@ -78,10 +79,12 @@ from runner.worker.completer import Completer
 from runner.worker.config import LoopConfig as LoopConfig
 from runner.worker.config import connect as connect
 from runner.worker.config import first_line
+from runner.worker.duties import Duties, Duty, Maintenance, on_own_connection
 from runner.worker.executor import LOCK_BUSY as LOCK_BUSY
 from runner.worker.executor import LOCK_BUSY_DELAY as LOCK_BUSY_DELAY
 from runner.worker.executor import LOCK_BUSY_RELEASES as LOCK_BUSY_RELEASES
 from runner.worker.executor import Executor
+from runner.worker.metrics import Metrics
 from runner.worker.misfires import Misfires
 from runner.worker.retries import DueRuns
 from runner.worker.session import LockSession

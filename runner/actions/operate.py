@@ -42,10 +42,10 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from runner import ledger
-from runner.jobs import JobDef, JobSource
-from runner.schedule import Schedule
+from runner.model.jobs import JobDef, JobSource
+from runner.model.schedule import Schedule
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("operate")
 

@@ -93,12 +93,15 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from runner import conditions, lanes, ledger, operate, verification
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner
-from runner.operate import OperatorError, default_who
-from runner.schedule import idempotency_key
+from runner import verification
+from runner.actions import operate
+from runner.actions.operate import OperatorError, default_who
+from runner.model.jobs import JobDef
+from runner.model.schedule import idempotency_key
 from runner.sqlfiles import queries
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner
+from runner.worker import conditions, lanes
 
 log = logging.getLogger("runner.backfill")
 Q = queries("backfill")

@@ -36,13 +36,13 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from runner import ledger
-from runner.checkpoints import HandedOff
 from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership, error_text
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Outcome
+from runner.model.jobs import JobDef
 from runner.settings import redact
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Outcome
+from runner.worker.checkpoints import HandedOff
 
 log = logging.getLogger("runner.attempt")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner import verification
 from runner.errors import JobDefinitionError
-from runner.jobs import (
+from runner.model.jobs import (
     LANE_NAME,
     MISFIRE_POLICIES,
     OVERLAP_POLICIES,
@@ -27,12 +27,12 @@ from runner.jobs import (
     _partition_keys,
     parse_retention,
 )
-from runner.schedule import ScheduleError, parse_interval, parse_schedule
-from runner.tiers import MisfireTiers, TierError, tiers
+from runner.model.schedule import ScheduleError, parse_interval, parse_schedule
+from runner.model.tiers import MisfireTiers, TierError, tiers
 from runner.verification import Kind
 
 if TYPE_CHECKING:
-    from runner.inprocess import InProcessRunner
+    from runner.worker.inprocess import InProcessRunner
 
 # the job model lives below the process (runner/jobs.py); its names stay importable here
 __all__ = ["LANE_NAME", "Backoff", "JobDef", "Retention", "Runner", "is_async_handler", "parse_retention"]
@@ -94,7 +94,7 @@ class Runner:
         """This app's runner inside the application: ``with app.running(url):`` or ``async
         with app.running(url):`` (an ASGI lifespan). The options are ``runner start``'s;
         see runner/inprocess.py."""
-        from runner.inprocess import InProcessRunner
+        from runner.worker.inprocess import InProcessRunner
 
         return InProcessRunner(self, database_url, workers=workers, max_inflight=max_inflight,
                                poll_interval=poll_interval, grace=grace, async_workers=async_workers,

@@ -39,10 +39,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from runner import ledger
+from runner.actions.operate import OperatorError, call_action, checked_text, default_who, get_request
 from runner.events import event
-from runner.operate import OperatorError, call_action, checked_text, default_who, get_request
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.copies")
 

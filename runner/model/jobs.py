@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeAlias
 
-from runner import policies
 from runner.errors import JobDefinitionError, Permanent
-from runner.schedule import Schedule, ScheduleError, parse_interval
-from runner.tiers import MisfireTiers
+from runner.model import policies
+from runner.model.schedule import Schedule, ScheduleError, parse_interval
+from runner.model.tiers import MisfireTiers
 from runner.verification import Kind
 
 # called with a runner.JobContext (runner/context.py, which builds on this module: so the

@@ -24,9 +24,10 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, operate
-from runner.operate import OperatorError, default_who
+from runner.actions import operate
+from runner.actions.operate import OperatorError, default_who
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("approvals")
 
