@@ -1,9 +1,10 @@
 """No import circle among the runner's modules (issue 27). Every import of a runner module
 counts, at module level or inside a function (a lazy import is a dependency all the same:
-``Runner.running()`` importing runner/inprocess.py closed a circle of 16 modules through
-runner/loop.py until the job model moved below the process, runner/jobs.py). An import of a
-package's ``__init__`` (``from runner import __version__``) is not an edge: it only hands
-names on, and every submodule's import runs it anyway.
+``Runner.running()`` importing runner/worker/inprocess.py closed a circle of 16 modules
+through runner/worker/loop.py until the job model moved below the process,
+runner/model/jobs.py). An import of a package's ``__init__`` (``from runner import
+__version__``) is not an edge: it only hands names on, and every submodule's import runs it
+anyway.
 
 The layers (docs/contributing.md, "Where things live"): the model imports nothing of the store,
 the worker, the actions or the faces; the store nothing of the worker, the actions or the faces;
