@@ -12,8 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import JobDefinitionError, Runner
-from runner.model import tiers
+from runner import JobDefinitionError, Runner, tiers
 from runner.model.schedule import idempotency_key
 from runner.store import ledger
 from runner.worker import misfire

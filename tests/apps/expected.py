@@ -7,8 +7,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runner import JobContext, Runner
-from runner.model import tiers
+from runner import JobContext, Runner, tiers
 
 
 def work(ctx: JobContext) -> None:

@@ -5,8 +5,7 @@ outage, so that a runner starting finds that outage to decide by the job's misfi
 import os
 from datetime import datetime, timedelta
 
-from runner import JobContext, Runner
-from runner.model import tiers
+from runner import JobContext, Runner, tiers
 
 BASE = datetime.fromisoformat(os.environ.get("TIERS_BASE", "2026-01-01T00:00:00+00:00"))
 

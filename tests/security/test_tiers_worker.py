@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from runner import Runner
-from runner.model import tiers
+from runner import Runner, tiers
 from runner.store import ledger
 from runner.worker import misfire
 from tests.security.conftest import Logins, refused
