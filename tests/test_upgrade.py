@@ -222,7 +222,9 @@ def test_a_runner_of_the_previous_revision_keeps_running_across_the_upgrade(
         return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
                               cwd=old, env=env, timeout=120)
 
-    which = subprocess.run([sys.executable, "-c", "import runner.migrate as m; print(m.__file__, m.HEAD)"],
+    # the old tree's migrate module: runner/store/migrate.py, or runner/migrate.py before the layout
+    module = next(p for p in MIGRATE_PATHS if (old / p).is_file()).removesuffix(".py").replace("/", ".")
+    which = subprocess.run([sys.executable, "-c", f"import {module} as m; print(m.__file__, m.HEAD)"],
                            capture_output=True, text=True, cwd=old, env=env, timeout=60)
     assert which.stdout.startswith(str(old)), which
     previous = which.stdout.split()[1]
