@@ -1,5 +1,5 @@
 """A FastAPI service that carries its own runner: the jobs run inside the application's
-process, started and stopped by its lifespan (runner/inprocess.py).
+process, started and stopped by its lifespan (runner/worker/inprocess.py).
 
     export RUNNER_DATABASE_URL=postgresql://app@db/app
     runner db upgrade

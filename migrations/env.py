@@ -32,16 +32,16 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from runner.migrate import (
+from runner.settings import ConfigError, lock_namespace, sqlalchemy_url
+from runner.sqlfiles import object_checksum, objects_to_apply, queries, read_sql
+from runner.store.migrate import (
     MigrationLocked,
     migrate_attempts,
     migrate_lock_keys,
     migrate_lock_timeout,
     stamp_target,
 )
-from runner.pooler import check_session
-from runner.settings import ConfigError, lock_namespace, sqlalchemy_url
-from runner.sqlfiles import object_checksum, objects_to_apply, queries, read_sql
+from runner.store.pooler import check_session
 
 SCHEMA = "runner"
 VERSION_TABLE = "alembic_version"

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from runner.app import Backoff, Runner
-from runner.checkpoints import CheckpointError, HandedOff
 from runner.context import AsyncJobContext, JobContext
 from runner.errors import (
     AttemptTimedOut,
@@ -20,8 +18,10 @@ from runner.errors import (
     Permanent,
     UnresolvedEffect,
 )
-from runner.inprocess import InProcessRunner
-from runner.tiers import MisfireTiers, Tier, tiers
+from runner.model.app import Backoff, Runner
+from runner.model.tiers import MisfireTiers, Tier, tiers
+from runner.worker.checkpoints import CheckpointError, HandedOff
+from runner.worker.inprocess import InProcessRunner
 
 __all__ = [
     "AsyncJobContext",

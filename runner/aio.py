@@ -4,10 +4,10 @@ A process whose app registers any ``async def`` handler owns one ``AsyncHandlers
 lane whose async runs it started (made on the lane's first one): a thread running an asyncio
 event loop, on which every async attempt of that lane on the process is a task. The loop
 thread claims runs, beats and enforces timeouts for sync and async runs alike
-(runner/loop.py, runner/worker/executor.py); this module only runs the async handlers.
+(runner/worker/loop.py, runner/worker/executor.py); this module only runs the async handlers.
 
 **One loop per lane, not per-lane semaphores on one loop.** Lanes share a process so that
-bulk work fills spare capacity without delaying live work (runner/lanes.py). On one shared
+bulk work fills spare capacity without delaying live work (runner/worker/lanes.py). On one shared
 event loop, a semaphore per lane would bound how many bulk handlers *run*, but not what they
 do to the loop: every ready task waits its turn in one FIFO of callbacks, so a thousand
 bulk tasks between awaits delay a realtime task's next step, and one bulk handler that blocks
@@ -48,11 +48,11 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner.attempt import execute_async, failure
 from runner.context import AsyncJobContext
 from runner.errors import AttemptTimedOut, error_text
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Outcome
+from runner.model.jobs import JobDef
+from runner.store.ledger import ClaimedRun, Outcome
+from runner.worker.attempt import execute_async, failure
 
 log = logging.getLogger("runner.aio")
 

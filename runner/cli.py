@@ -1,7 +1,7 @@
 """The ``runner`` command (Typer): parse, call, print. No logic of its own.
 
 The operator actions (rerun, pause, resume, approve, skip, retire, unretire, backfill and
-backfill pause/resume/cancel, lane set, prune) are the registry's (runner/actions.py): each
+backfill pause/resume/cancel, lane set, prune) are the registry's (runner/actions/registry.py): each
 command keeps its hand-written Typer declaration (options, help), has its options parsed by
 the registry's one parser (times by its one time parser), shows the registry's plan, asks,
 and calls the registry's act, i.e. the audited database function; the console
@@ -41,10 +41,10 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runner import actions, audit, backfill, copies, lanes, ledger, migrate, operate, pooler
-from runner.conditions import PROMETHEUS as PROMETHEUS_CONDITION
+from runner.actions import audit, backfill, copies, operate
+from runner.actions import registry as actions
 from runner.errors import JobDefinitionError, JobRetired
-from runner.loader import load_app
+from runner.model.loader import load_app
 from runner.printable import printable
 from runner.settings import (
     ConfigError,
@@ -56,6 +56,9 @@ from runner.settings import (
     redact_error,
 )
 from runner.sqlfiles import queries
+from runner.store import ledger, migrate, pooler
+from runner.worker import lanes
+from runner.worker.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 
 app = typer.Typer(
     name="runner",
@@ -120,7 +123,7 @@ def _resolve_db(flag: str | None) -> DatabaseChoice:
                  "/proc); pass the URL in RUNNER_DATABASE_URL, or the password in PGPASSWORD or a "
                  "password file (PGPASSFILE, ~/.pgpass)", err=True)
         return choice
-    from runner import embedded
+    from runner.store import embedded
 
     server = embedded.start()
     for note in server.notes:
@@ -341,9 +344,9 @@ def start(
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter, TextFormatter, event
-    from runner.loop import LoopConfig, Worker
-    from runner.metrics import Metrics
-    from runner.signals import SignalStop
+    from runner.worker.loop import LoopConfig, Worker
+    from runner.worker.metrics import Metrics
+    from runner.worker.signals import SignalStop
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -357,7 +360,7 @@ def start(
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     # from the first step: a SIGTERM however early (while the metrics endpoint or the worker
     # starts) stops the runner cleanly, deregistered, with exit code 0. The handler only
-    # writes to a pipe; the stop itself runs on a thread of its own (runner/signals.py: a
+    # writes to a pipe; the stop itself runs on a thread of its own (runner/worker/signals.py: a
     # handler that takes a lock, logs or starts a thread can wait forever for the thread it
     # interrupted)
     stopping = SignalStop(logging.getLogger("runner"))
@@ -370,7 +373,7 @@ def start(
             raise ConfigError(f"the app {app_spec!r} registers no jobs")
         namespace = lock_namespace()
         choice, conn = _open_ledger(database_url)
-        # a transaction or statement pool: refused before anything else (runner/pooler.py; the
+        # a transaction or statement pool: refused before anything else (runner/store/pooler.py; the
         # lock session checks again when it opens and at every reconnect)
         pooler.check_session(conn)
         warning = None if choice.embedded else migrate.privilege_warning(conn)
@@ -409,7 +412,7 @@ def start(
 
 
 def embedded_home() -> Path:
-    from runner import embedded
+    from runner.store import embedded
 
     return embedded.home_dir()
 
@@ -417,7 +420,7 @@ def embedded_home() -> Path:
 @embedded_app.command("status")
 def embedded_status(as_json: JsonOpt = False) -> None:
     """Whether the embedded PostgreSQL of this directory runs, and where its data and log are."""
-    from runner import embedded
+    from runner.store import embedded
 
     with _errors():
         info = embedded.describe()
@@ -438,7 +441,7 @@ def embedded_status(as_json: JsonOpt = False) -> None:
 @embedded_app.command("stop")
 def embedded_stop() -> None:
     """Stop the embedded PostgreSQL of this directory; its data is kept."""
-    from runner import embedded
+    from runner.store import embedded
 
     with _errors():
         was_running = embedded.stop()
@@ -451,7 +454,7 @@ def embedded_stop() -> None:
 def embedded_destroy(yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False) -> None:
     """Stop the embedded PostgreSQL of this directory and delete its data: every run, job
     and request of that ledger."""
-    from runner import embedded
+    from runner.store import embedded
 
     home = _relative(embedded_home())
     info = embedded.describe()
@@ -505,7 +508,7 @@ def jobs(app_spec: AppOpt = None, as_json: JsonOpt = False,
 
 
 def _parse_time(value: str | None, name: str) -> datetime | None:
-    """A time option: the registry's one time parser (runner/actions.py); exit 2 if bad."""
+    """A time option: the registry's one time parser (runner/actions/registry.py); exit 2 if bad."""
     try:
         return actions.parse_time(value, name)
     except actions.ParamError as exc:
@@ -621,7 +624,7 @@ def check(
         rows = audit.violations(conn, since=started)
         copied = ledger.ledger_copy(conn)
         conn.close()
-    if copied:  # not an invariant of the ledger, but what its runners do with it (runner/copies.py)
+    if copied:  # not an invariant of the ledger, but what its runners do with it (runner/actions/copies.py)
         _say(f"note: {copied}", err=True)
     if as_json:
         _print_json(rows)
@@ -633,7 +636,7 @@ def check(
         raise typer.Exit(1)
 
 
-# -- operators: status, rerun, pause, resume (logic in runner/operate.py) ------------------
+# -- operators: status, rerun, pause, resume (logic in runner/actions/operate.py) ------------------
 
 ReasonOpt = Annotated[str, typer.Option("--reason", help="why (required; kept in runner.requests)")]
 ByOpt = Annotated[str | None, typer.Option("--by", help="who asks (default: OS user@host)")]
@@ -665,7 +668,7 @@ def _confirm(question: str, yes: bool) -> None:
 def _show_run(run_id: int, database_url: str | None, as_json: bool) -> None:
     """``runner runs --show ID``: the run, then each attempt: status, owner, times, the error
     line, the handler's last heartbeat and the traceback (redacted and bounded when it was
-    recorded: runner/attempt.py), each line escaped like every human-facing line."""
+    recorded: runner/worker/attempt.py), each line escaped like every human-facing line."""
     with _errors():
         _, conn = _open_ledger(database_url)
         found = ledger.dict_rows(conn, Q["show_run"], {"run_id": run_id})
@@ -684,7 +687,7 @@ def _show_run(run_id: int, database_url: str | None, as_json: bool) -> None:
          f"{_cell(run['window_end'])}")
     if run["last_error"]:
         _say(f"  last error: {run['last_error']}")
-    if run["checkpoint_at"] is not None:  # a long job's last checkpoint (runner/checkpoints.py)
+    if run["checkpoint_at"] is not None:  # a long job's last checkpoint (runner/worker/checkpoints.py)
         _say(f"  checkpoint: {_cell(run['checkpoint_at'])}, {run['checkpoint_bytes']} bytes, "
              f"{run['checkpoints']} taken by this run; summary: {run['checkpoint_summary']}")
         text = json.dumps(run["checkpoint"], sort_keys=True)
@@ -990,8 +993,8 @@ def resume(
 
 
 def _retention_option(value: str) -> Any:
-    from runner.jobs import parse_retention
-    from runner.schedule import ScheduleError
+    from runner.model.jobs import parse_retention
+    from runner.model.schedule import ScheduleError
 
     text = value.strip()
     try:
@@ -1062,7 +1065,7 @@ def prune(
     as_json: JsonOpt = False,
 ) -> None:
     """Apply the retention policy now (runners also do it in the background)."""
-    from runner import retention
+    from runner.actions import retention
 
     if archive_table and archive_file:
         fail("give --archive-table or --archive-file, not both", 2)
@@ -1092,7 +1095,7 @@ def prune(
         typer.echo(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
 
 
-# == backfills and approvals (logic in runner/backfill.py and runner/approvals.py) =========
+# == backfills and approvals (logic in runner/actions/backfill.py and runner/actions/approvals.py) =========
 
 
 class _BackfillGroup(TyperGroup):
@@ -1748,7 +1751,7 @@ def lane_set(
          f"request {done['request_id']}")
 
 
-# -- a copied ledger (runner/copies.py) ------------------------------------------------
+# -- a copied ledger (runner/actions/copies.py) ------------------------------------------------
 
 
 @db_app.command("adopt")
@@ -1756,7 +1759,7 @@ def lane_set(
 def db_adopt(reason: ReasonOpt, by: ByOpt = None, yes: YesOpt = False, as_json: JsonOpt = False,
              database_url: DbOpt = None) -> None:
     """Adopt a copied ledger (restored into another database or cluster): its runners then run
-    the backfill plans, catch-up, retries and takeovers they hold (runner/copies.py), audited."""
+    the backfill plans, catch-up, retries and takeovers they hold (runner/actions/copies.py), audited."""
     why = _reason(reason)
     params = _params("adopt")
     with _errors():

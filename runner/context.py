@@ -1,8 +1,8 @@
 """The context a handler sees: the run it is doing (``ctx.slot``, ``ctx.partition``, ...),
 ``ctx.db`` (a transaction that commits with the run's success), ``ctx.heartbeat()``,
 ``ctx.effect()``, and for long jobs ``ctx.checkpoint(state)``, ``ctx.resume`` and
-``ctx.stopping`` (runner/checkpoints.py has their design). Made by the loop for each attempt
-(runner/attempt.py runs the handler).
+``ctx.stopping`` (runner/worker/checkpoints.py has their design). Made by the loop for each attempt
+(runner/worker/attempt.py runs the handler).
 
 A plain ``def`` handler gets a ``JobContext``; an ``async def`` handler gets an
 ``AsyncJobContext``, with the same run facts and the same rules, in async form:
@@ -34,12 +34,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner import checkpoints, ledger
-from runner.checkpoints import HandedOff
-from runner.effects import run_effect
 from runner.errors import AttemptTimedOut, LostOwnership
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun
+from runner.worker import checkpoints
+from runner.worker.checkpoints import HandedOff
+from runner.worker.effects import run_effect
 
 log = logging.getLogger("runner.attempt")
 
@@ -51,7 +52,7 @@ class RunContext:
         self._run = run
         self._job = job
         self._cancelled: str | None = None
-        # set by the runner (runner/loop.py Worker._finishing): called once the handler
+        # set by the runner (runner/worker/loop.py Worker._finishing): called once the handler
         # returned, before its success is recorded; False when the runner gave up on the
         # attempt (timeout, shutdown) first, True when it will not give up on it any more
         self._may_finish: Callable[[], bool] | None = None
@@ -63,7 +64,7 @@ class RunContext:
         self._resume: Any = None
         self._resume_known = run.attempt <= 1
         self._on_checkpoint: Callable[[], None] | None = None  # metrics (runner/worker/executor.py)
-        # the handler's last ctx.heartbeat(): kept on a failed attempt's row (runner/attempt.py)
+        # the handler's last ctx.heartbeat(): kept on a failed attempt's row (runner/worker/attempt.py)
         self.last_heartbeat: dict[str, Any] | None = None
 
     def _beat(self, processed: int | None, failed: int | None) -> None:
@@ -171,7 +172,7 @@ class RunContext:
                             "resumes from it")
 
     def _beat_stop(self) -> None:
-        """A heartbeat's own checks: given up (timeout), or handing off (runner/checkpoints.py)."""
+        """A heartbeat's own checks: given up (timeout), or handing off (runner/worker/checkpoints.py)."""
         if self._cancelled:
             raise AttemptTimedOut(self._cancelled)
         if self._stopping and self._checkpoints:
@@ -207,7 +208,7 @@ class JobContext(RunContext):
         return self._conn
 
     def effect(self, key: str, *args: Any, **kwargs: Any) -> Any:
-        """A side effect recorded under ``key`` in runner.effects (see runner/effects.py)."""
+        """A side effect recorded under ``key`` in runner.effects (see runner/worker/effects.py)."""
         return run_effect(self, key, *args, **kwargs)
 
     @property
@@ -223,7 +224,7 @@ class JobContext(RunContext):
     def checkpoint(self, state: Any, summary: str | None = None) -> None:
         """Commit what the handler wrote through ``ctx.db`` so far together with ``state``
         (JSON, at most 64 KiB) on the run, if this attempt still holds its fence
-        (runner/checkpoints.py). Raises CheckpointError (nothing written) for a state that
+        (runner/worker/checkpoints.py). Raises CheckpointError (nothing written) for a state that
         cannot be stored, LostOwnership (rolled back) for a stale attempt, and HandedOff
         after the commit when the runner is shutting down."""
         text, summary = self._checked(state, summary)
@@ -296,7 +297,7 @@ class AsyncJobContext(RunContext):
         super().__init__(run, job)
         self._pool = pool  # ctx.db transactions
         self._acontrol = control  # heartbeats
-        self._control = effects  # the effect log's short writes (runner/effects.py, in a thread)
+        self._control = effects  # the effect log's short writes (runner/worker/effects.py, in a thread)
         self._loop = loop
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._getting = asyncio.Lock()
@@ -357,7 +358,7 @@ class AsyncJobContext(RunContext):
                      check: Callable[[str], Any] | None = None, stage: str | None = None,
                      unknown_on: Any = (TimeoutError,)) -> Any:
         """A side effect recorded under ``key`` in runner.effects, exactly as the sync
-        ``ctx.effect`` (runner/effects.py). The effect log's bookkeeping runs in a thread of
+        ``ctx.effect`` (runner/worker/effects.py). The effect log's bookkeeping runs in a thread of
         the event loop's executor; ``send`` and ``check`` may be coroutine functions (awaited
         on the event loop) or plain functions (called in that thread)."""
         loop = asyncio.get_running_loop()

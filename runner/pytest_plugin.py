@@ -33,7 +33,7 @@ def runner_test_server() -> Iterator[str]:
     if url:
         yield url
         return
-    from runner import embedded
+    from runner.store import embedded
 
     home = os.environ.get("RUNNER_TEST_EMBEDDED_HOME")
     where = Path(home) if home else None

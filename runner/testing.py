@@ -2,8 +2,8 @@
 
 ``run_once(app, job, slot, database_url, partition=...)`` runs the job's handler for that slot
 and partition through the runner's real path, without a scheduler and without waiting for a
-clock: the slot's fan-out (runner/fanout.py), the claim statement (the run row, its first
-attempt, its advisory lock), the attempt (runner/attempt.py: ``execute``, or
+clock: the slot's fan-out (runner/worker/fanout.py), the claim statement (the run row, its first
+attempt, its advisory lock), the attempt (runner/worker/attempt.py: ``execute``, or
 ``execute_async`` for an ``async def`` handler, with ``ctx.db`` committed with the success),
 the fence-checked outcome (``finish_attempts``). It returns the run as recorded
 (``RunRecord``: status, attempt, last error, and every attempt). With ``attempts=N`` a
@@ -38,16 +38,17 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from runner import __version__, ledger, migrate
-from runner.app import JobDef, Runner
-from runner.attempt import execute, execute_async, failure
+from runner import __version__
 from runner.context import AsyncJobContext, JobContext
 from runner.errors import LockUnavailable
-from runner.fanout import plan_slot
-from runner.ledger import ClaimedRun, Outcome, Owner, SlotClaim
-from runner.schedule import idempotency_keys
+from runner.model.app import JobDef, Runner
+from runner.model.schedule import idempotency_keys
 from runner.settings import ConfigError, lock_namespace
 from runner.sqlfiles import queries
+from runner.store import ledger, migrate
+from runner.store.ledger import ClaimedRun, Outcome, Owner, SlotClaim
+from runner.worker.attempt import execute, execute_async, failure
+from runner.worker.fanout import plan_slot
 
 Q = queries("testing")
 

@@ -41,7 +41,7 @@ kinds, each with kind, name, passed, outcome, expected, observed and detail, and
 of each kind in each partition.
 
 **SQL is untrusted, and runs as the condition role.** A verification query runs as the
-pause conditions do (runner/conditions.py): inside ``runner.verify_query_v1``, a SECURITY
+pause conditions do (runner/worker/conditions.py): inside ``runner.verify_query_v1``, a SECURITY
 DEFINER function owned by the NOLOGIN role ``runner_condition`` (sql/roles.sql), so it reads
 what that role was granted and cannot write whatever the runner's login; in a read-only
 transaction that is rolled back, with a statement timeout (the kind's ``timeout``, 60 s

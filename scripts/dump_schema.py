@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from runner import migrate
+from runner.store import migrate
 
 
 def main() -> None:

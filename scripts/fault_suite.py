@@ -30,7 +30,7 @@ What it does, in order:
    did not own the run then (a stale owner's write), every effect key of a succeeded run confirmed, sends beyond
    one per key only where a check said "not delivered", nothing left running, and no missing
    slot (``runner.missing_slots`` when the view exists, else slots from ``runner.schedule``);
-   and the ledger audit (``runner check``, runner/audit.py) finds no violation at all.
+   and the ledger audit (``runner check``, runner/actions/audit.py) finds no violation at all.
 
 The tracked range is the slots after the first runner registered, up to the end of the fault
 phase. The fault *plan* (times, kinds, targets' indices, delays) is a pure function of
@@ -351,7 +351,7 @@ def database(cfg: Config) -> Iterator[str]:
     if cfg.database_url:
         yield cfg.database_url
         return
-    from runner import migrate
+    from runner.store import migrate
 
     server = {"host": os.environ.get("PGHOST", "127.0.0.1"),
               "dbname": os.environ.get("PGDATABASE", "postgres"), "autocommit": True}
@@ -553,7 +553,7 @@ class Suite:
     def expected(self) -> dict[str, Any]:
         """Every slot x partition due in the tracked range, by the runner's own slot arithmetic
         (the app's own job definitions)."""
-        from runner.loader import load_app
+        from runner.model.loader import load_app
 
         os.environ["FAULT_PARTITIONS"] = str(self.cfg.partitions)
         app = load_app(APP)
@@ -656,9 +656,9 @@ class Suite:
         }
 
     def audit(self) -> list[dict[str, Any]]:
-        """The ledger audit (``runner check``: runner.check_v1 through runner/audit.py) over the
+        """The ledger audit (``runner check``: runner.check_v1 through runner/actions/audit.py) over the
         whole ledger, once every runner has stopped: any violation fails the run."""
-        from runner import audit
+        from runner.actions import audit
 
         with connect(self.url) as conn:
             return audit.violations(conn)

@@ -4,9 +4,9 @@
 
 Each page is read from what it documents: the CLI from the Typer app's click tree
 (runner/cli.py), job options from ``Runner.job``'s signature and its docstring's option list
-(runner/app.py) with the misfire policies (runner/policies.py), the contexts from their
-classes (runner/context.py), metrics from the registry of runner/metrics.py (the ledger-read
-ones collected from a migrated scratch ledger), alert kinds from runner/alerts.py and their
+(runner/model/app.py) with the misfire policies (runner/model/policies.py), the contexts from their
+classes (runner/context.py), metrics from the registry of runner/worker/metrics.py (the ledger-read
+ones collected from a migrated scratch ledger), alert kinds from runner/model/alerts.py and their
 view files, the SQL views and functions the readonly and operator roles are granted (from a
 scratch database after `runner db upgrade` and sql/roles.sql, with each file's header
 comment), the JSON API from the OpenAPI document `runner web` serves (runner/web/openapi.py),
@@ -71,7 +71,7 @@ ENVIRONMENT = {
                                 "fixture and of `runner.testing` (runner/pytest_plugin.py)",
     "RUNNER_TEST_EMBEDDED_HOME": "tests: where the pytest plugin starts its embedded PostgreSQL "
                                  "when no server is named",
-    "RUNNER_CRASH_POINT": "fault injection for the test suite (runner/attempt.py): the point at "
+    "RUNNER_CRASH_POINT": "fault injection for the test suite (runner/worker/attempt.py): the point at "
                           "which an attempt kills its process; never set it in production",
     "RUNNER_CRASH_RATE": "fault injection: the fraction of attempts that crash at "
                          "RUNNER_CRASH_POINT (default 1.0)",
@@ -275,7 +275,7 @@ def cli_page() -> str:
 
 def job_options() -> dict[str, str]:
     """The option list of ``Runner.job``'s docstring: name -> description."""
-    from runner.app import Runner
+    from runner.model.app import Runner
 
     doc = inspect.getdoc(Runner.job) or ""
     _, _, listing = doc.partition("Options (")
@@ -341,11 +341,12 @@ def _member_rows(cls: type) -> tuple[list[list[str]], list[list[str]]]:
 
 def jobs_page() -> str:
     import runner
-    from runner import policies
-    from runner.app import Runner
+    import runner.model.app
     from runner.context import AsyncJobContext, JobContext
-    from runner.jobs import LANE_NAME, OVERLAP_POLICIES, Backoff, Retention
-    from runner.tiers import tiers
+    from runner.model import policies
+    from runner.model.app import Runner
+    from runner.model.jobs import LANE_NAME, OVERLAP_POLICIES, Backoff, Retention
+    from runner.model.tiers import tiers
 
     described = job_options()
     sig = inspect.signature(Runner.job)
@@ -355,7 +356,7 @@ def jobs_page() -> str:
     if missing or extra:
         raise SystemExit(f"gen_reference: Runner.job's docstring lists no option {missing} / options "
                          f"that are not parameters {extra}: keep its Options list equal to the signature")
-    body = [text(inspect.getdoc(runner.app) or ""), "",
+    body = [text(inspect.getdoc(runner.model.app) or ""), "",
             "## @app.job(name, ...)", "", f"{code('@app.job(name, **options)')}: {docstring(Runner.job).split(chr(10) + chr(10))[0]}", ""]
     body += table(["option", "type", "default", "what it does"],
                   [[code(p.name), cell(_annotation(p.annotation)), _value(p.default), cell(described[p.name])]
@@ -406,7 +407,7 @@ def metric_rows(families: list[tuple[str, str, tuple[str, ...], str]]) -> list[l
 def process_metrics() -> list[tuple[str, str, tuple[str, ...], str]]:
     from prometheus_client.metrics import MetricWrapperBase
 
-    from runner.metrics import Metrics
+    from runner.worker.metrics import Metrics
 
     m = Metrics()
     return [(v._name, v._type, tuple(v._labelnames), v._documentation)
@@ -417,7 +418,7 @@ def ledger_metrics(url: str) -> list[tuple[str, str, tuple[str, ...], str]]:
     """The families the ledger collector yields, collected for real from a migrated ledger."""
     import psycopg
 
-    from runner.metrics import LedgerCollector
+    from runner.worker.metrics import LedgerCollector
 
     collector = LedgerCollector(lambda: psycopg.connect(url, autocommit=True))
     try:
@@ -430,7 +431,7 @@ def ledger_metrics(url: str) -> list[tuple[str, str, tuple[str, ...], str]]:
 
 
 def metrics_page(url: str) -> str:
-    import runner.metrics as metrics
+    import runner.worker.metrics as metrics
 
     body = [docstring(metrics), ""]
     body += ["## Of the process", "", "Counted by the runner process itself (its own attempts):", ""]
@@ -446,7 +447,7 @@ def metrics_page(url: str) -> str:
 
 
 def alerts_page() -> str:
-    from runner import alerts
+    from runner.model import alerts
 
     body = [docstring(alerts), "", "Every kind's view has the columns kind, job_name, owner, run_id, "
             "detail, since; the kinds in the order of `runner.alerts`:", ""]
@@ -472,7 +473,7 @@ def scratch_ledger(server_url: str) -> Iterator[tuple[str, dict[str, str]]]:
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from runner import migrate
+    from runner.store import migrate
 
     tag = f"ref_{os.getpid()}"
     dbname = f"runner_{tag}"
@@ -575,7 +576,7 @@ def sql_page(url: str, roles: dict[str, str]) -> str:
                  "Each entry's text is the first paragraph of the header comment of its file under "
                  "sql/views or sql/functions; the file has the rest."), ""]
 
-    from runner import alerts
+    from runner.model import alerts
 
     shown: dict[Path, str] = {}  # a file's comment is shown once, under its first object
 

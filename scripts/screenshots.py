@@ -347,7 +347,7 @@ def shrink(png: Path) -> None:
 
 @contextlib.contextmanager
 def ledger(database_url: str | None, server_url: str | None) -> Iterator[str]:
-    from runner import migrate
+    from runner.store import migrate
     from runner.testing import fresh_database
 
     if database_url:

@@ -155,8 +155,8 @@ def serve(path: str) -> None:
     # the import every child shares, and what ``runner start`` imports on its first step
     import runner.cli
     import runner.events
-    import runner.loop
-    import runner.metrics  # noqa: F401
+    import runner.worker.loop
+    import runner.worker.metrics  # noqa: F401
 
     assert threading.active_count() == 1, "an import started a thread: the children would not have it"
     sigchld = signal.getsignal(signal.SIGCHLD)  # what the children get back (as inherited)

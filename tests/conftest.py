@@ -43,7 +43,7 @@ _STARTED: list[Any] = []  # embedded servers this session started: stopped at it
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    from runner import embedded
+    from runner.store import embedded
 
     for home in _STARTED:
         embedded.stop(home)
@@ -73,7 +73,7 @@ def _server() -> dict[str, Any]:
     else:
         from pathlib import Path
 
-        from runner import embedded
+        from runner.store import embedded
 
         home = Path(os.environ.get("RUNNER_TEST_EMBEDDED_HOME") or f"/tmp/runner-test-pg-{os.getuid()}")
         server = embedded.start(home)
@@ -108,7 +108,7 @@ os.environ.setdefault("RUNNER_TEST_DATABASE_URL", url_for("postgres"))
 
 
 def _migrate_template(dbname: str, **_: Any) -> None:
-    from runner import migrate
+    from runner.store import migrate
 
     migrate.upgrade(url_for(dbname))
 
@@ -119,7 +119,7 @@ postgresql_server = factories.postgresql_noproc(
 )
 
 
-# A database cloned from the migrated template is a copy of it (runner/copies.py: a new
+# A database cloned from the migrated template is a copy of it (runner/actions/copies.py: a new
 # database oid), and its runners would hold plans, catch-up, retries and takeovers until
 # adopted. The template holds no work, so each clone records its own identity at once, as a
 # fresh migration would (tests/test_copies.py clones without this).

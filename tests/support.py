@@ -297,7 +297,7 @@ class RunnerProcess:
 def running_worker(app: Any, url: str, **config: Any) -> Iterator[Any]:
     """A ``Worker`` of ``app`` running its loop in a thread (in-process runner), stopped and
     joined on exit. ``config``: LoopConfig fields (default 4 workers, 0.05 s poll)."""
-    from runner.loop import LoopConfig, Worker
+    from runner.worker.loop import LoopConfig, Worker
 
     worker = Worker(app, url, LoopConfig(**{"workers": 4, "poll_interval": 0.05, **config}))
     worker.start()
@@ -314,7 +314,7 @@ def running_worker(app: Any, url: str, **config: Any) -> Iterator[Any]:
 def assert_ledger_clean(url: str, since: Any = None) -> None:
     """The ledger audit (``runner check``, runner.check_v1) finds nothing: every scenario that
     runs real loops ends with this."""
-    from runner import audit
+    from runner.actions import audit
 
     with psycopg.connect(url, autocommit=True) as conn:
         found = audit.violations(conn, since=since)

@@ -1,4 +1,4 @@
-"""The action registry (runner/actions.py, issue 27 point 3): every operator action defined
+"""The action registry (runner/actions/registry.py, issue 27 point 3): every operator action defined
 once, and both faces offer exactly its actions, so a new action cannot be on one face only;
 one parameter parser and one time parser for the CLI, the forms and the API."""
 
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import typer
 
-from runner import actions, cli
+from runner import cli
+from runner.actions import registry as actions
 from runner.web import actions as web_actions
 
 # audited CLI commands that are not operator actions of the registry, each with why

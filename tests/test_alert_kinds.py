@@ -1,4 +1,4 @@
-"""One registry of alert kinds (runner/alerts.py): runner.alerts is the union of one view per
+"""One registry of alert kinds (runner/model/alerts.py): runner.alerts is the union of one view per
 kind, each in its own file, and the registry, the union and the files agree."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from runner import alerts, sqlfiles
+from runner import sqlfiles
+from runner.model import alerts
 from tests.support import ROOT, rows, scalar
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import approvals, operate
+from runner.actions import approvals, operate
 from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
 
 APP = "tests/apps/backfill.py:app"

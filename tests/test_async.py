@@ -1,5 +1,5 @@
 """``async def`` handlers: awaited on the runner's event loop with the same outcome, timeout,
-fence and ctx.db rules as sync handlers (runner/aio.py, runner/attempt.py: execute_async)."""
+fence and ctx.db rules as sync handlers (runner/aio.py, runner/worker/attempt.py: execute_async)."""
 
 from __future__ import annotations
 
@@ -291,7 +291,7 @@ def test_hundreds_of_async_handlers_run_at_once_on_a_few_threads_and_connections
         peak_connections = scalar(db_url, connections)
         eventually(lambda: count(db_url, "status = 'succeeded'") == n, timeout=30, message="all done")
     # not one per handler (300): a fixed set per served lane (handler threads and its ctx.db
-    # pool's workers, runner/lanes.py) plus the loop's own
+    # pool's workers, runner/worker/lanes.py) plus the loop's own
     assert state["threads"] - threads_before < 40, state
     assert peak_connections < 10, peak_connections  # not one per handler
     assert_ledger_clean(db_url)
@@ -326,7 +326,7 @@ def test_mixed_app_in_real_runner_start(db_url: str, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# the runner inside the application (runner/inprocess.py)
+# the runner inside the application (runner/worker/inprocess.py)
 
 
 def _in_app(db_url: str) -> tuple[Runner, list[str]]:

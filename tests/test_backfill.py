@@ -17,8 +17,11 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from runner import Runner, backfill, conditions, ledger, operate
-from runner.ledger import Outcome, Owner
+from runner import Runner
+from runner.actions import backfill, operate
+from runner.store import ledger
+from runner.store.ledger import Outcome, Owner
+from runner.worker import conditions
 from tests.apps.backfill import app as bf_app
 from tests.support import (
     RunnerProcess,

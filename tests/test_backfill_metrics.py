@@ -1,4 +1,4 @@
-"""Prometheus metrics of backfill plans (runner/metrics.py, LedgerCollector): scraped from a
+"""Prometheus metrics of backfill plans (runner/worker/metrics.py, LedgerCollector): scraped from a
 real ``runner start --metrics-port`` process while plans run, pause and finish; read from
 the ledger, so pauses are counted by cause whichever path paused a plan (a trigger of
 revision 0013_verify); finished plans leave the endpoint."""
@@ -17,9 +17,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner import backfill, metrics
-from runner.metrics import LedgerCollector
-from runner.schedule import Schedule
+from runner.actions import backfill
+from runner.model.schedule import Schedule
+from runner.worker import metrics
+from runner.worker.metrics import LedgerCollector
 from tests.apps.verified import app as vf_app
 from tests.support import RunnerProcess, eventually, rows, run_cli
 from tests.test_gap_scan import make_run

@@ -13,7 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import Runner, audit, ledger
+from runner import Runner
+from runner.actions import audit
+from runner.store import ledger
 from tests.support import assert_ledger_clean, eventually, run_cli, running_worker, scalar
 
 HOUR = timedelta(hours=1)
@@ -476,7 +478,7 @@ def test_a_ledger_written_by_real_loops_is_clean(db_url: str) -> None:
     assert scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'coalesced'") >= 1
     assert_ledger_clean(db_url)
     # an operator reruns a succeeded run (--force): a second success of the same run, on purpose
-    from runner import operate
+    from runner.actions import operate
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         run_id, slot = conn.execute("SELECT id, schedule_slot FROM runner.job_runs WHERE job_name = 'flaky'"

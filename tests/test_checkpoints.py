@@ -1,4 +1,4 @@
-"""Fenced checkpoints (issue 33, runner/checkpoints.py) with real ``runner start`` processes:
+"""Fenced checkpoints (issue 33, runner/worker/checkpoints.py) with real ``runner start`` processes:
 a handler that writes 10,000 rows through ``ctx.db`` in chunks of 100, checkpointing after
 each, survives kill -9 and SIGTERM of whichever process runs it, and ends with every row
 exactly once and little work done twice; a SIGTERM hands the run off to the other runner
@@ -194,7 +194,7 @@ def test_a_rerun_starts_from_scratch_unless_asked_to_resume(ck_db: str) -> None:
 
 
 def test_a_state_too_large_or_not_json_is_refused_and_nothing_is_written(ck_db: str) -> None:
-    from runner.checkpoints import MAX_BYTES, CheckpointError
+    from runner.worker.checkpoints import MAX_BYTES, CheckpointError
     from tests.support import running_worker
 
     errors: list[str] = []

@@ -119,8 +119,9 @@ def test_cli_and_loop_sessions_never_jit_compile(db_url: str) -> None:
     """runner.alerts and job_health cost past the JIT thresholds on a busy ledger, where
     compiling took seconds longer than running (scripts/bench/RESULTS.md): every session the
     CLI and the loop open has jit off, whatever the server's default."""
-    from runner import cli, loop
+    from runner import cli
     from runner.settings import DatabaseChoice
+    from runner.worker import loop
 
     with psycopg.connect(db_url, autocommit=True) as c:
         assert c.execute("SHOW jit").fetchone() == ("on",)  # the server default this guards against

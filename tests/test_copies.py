@@ -1,4 +1,4 @@
-"""A restored copy of a ledger (issue 29, point 6; runner/copies.py): pg_dump of a live ledger
+"""A restored copy of a ledger (issue 29, point 6; runner/actions/copies.py): pg_dump of a live ledger
 with a running backfill, pg_restore into a new database, `runner start` there. The copy's
 runner runs new live slots but not the source's plan, catch-up, retries or takeovers, and the
 source's runners (alive, in the same cluster) are not its peers, until `runner db adopt`."""
@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 from pytest_postgresql.janitor import DatabaseJanitor
 
-from runner import ledger
+from runner.store import ledger
 from tests.conftest import SERVER, url_for
 from tests.support import (
     RunnerProcess,

@@ -1,4 +1,4 @@
-"""The loop's duties (runner/duties.py): each has its own error boundary, so one that fails is
+"""The loop's duties (runner/worker/duties.py): each has its own error boundary, so one that fails is
 retried and never stops the others; their order is the documented one."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from typing import Any
 
 import psycopg
 
-from runner import JobContext, Runner, takeover
-from runner.duties import Duties, Duty
-from runner.loop import Worker
+from runner import JobContext, Runner
+from runner.worker import orphans as takeover
+from runner.worker.duties import Duties, Duty
+from runner.worker.loop import Worker
 from tests.support import assert_ledger_clean, eventually, running_worker, scalar
 
 
@@ -99,7 +100,7 @@ def test_a_duty_beside_the_loop_survives_raises_and_a_lost_connection(db_url: st
     ends the thread and closes its connection."""
     import threading
 
-    from runner.duties import on_own_connection
+    from runner.worker.duties import on_own_connection
 
     seen: list[int] = []  # backend pid of each pass that succeeded
     calls = {"n": 0}

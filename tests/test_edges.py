@@ -12,10 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import JobContext, Runner, ledger
-from runner.ledger import Outcome
-from runner.loop import LoopConfig, Worker
+from runner import JobContext, Runner
+from runner.store import ledger
+from runner.store.ledger import Outcome
 from runner.worker import executor
+from runner.worker.loop import LoopConfig, Worker
 from tests.apps.edges import FAN_KEYS
 from tests.support import (
     RunnerProcess,
@@ -507,7 +508,7 @@ def test_a_failed_misfire_pass_keeps_the_late_range(db_url: str, monkeypatch: An
     misfire duty for the process's lifetime". The first two passes fail with a database
     error (a statement cancelled); the on-time slots keep running meanwhile, and the late
     range handed over at start is still decided afterwards."""
-    from runner import misfire
+    from runner.worker import misfire
 
     real = misfire.run_once
     failures = []

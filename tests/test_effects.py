@@ -18,11 +18,12 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from runner import JobContext, LostOwnership, Runner, ledger
-from runner.effects import Q, lookup
+from runner import JobContext, LostOwnership, Runner
 from runner.errors import AttemptTimedOut, UnresolvedEffect
-from runner.ledger import Owner, SlotClaim
-from runner.schedule import idempotency_key
+from runner.model.schedule import idempotency_key
+from runner.store import ledger
+from runner.store.ledger import Owner, SlotClaim
+from runner.worker.effects import Q, lookup
 from tests.support import assert_ledger_clean, eventually, one_late_slot, rows, run_cli, scalar
 from tests.test_worker import FAST, running
 
@@ -386,7 +387,7 @@ def test_a_takeover_waits_for_a_sent_mark_and_the_next_owner_sees_it(ctx: JobCon
 
 
 def test_sent_left_behind_needs_a_check(ctx: JobContext, db_url: str, monkeypatch: Any) -> None:
-    import runner.effects as effects
+    import runner.worker.effects as effects
 
     sends: list[int] = []
 
@@ -502,7 +503,7 @@ def test_a_confirmed_key_is_not_sent_again_after_its_run_was_pruned(db_url: str)
     effect is confirmed; the run ages past its retention and `runner prune` deletes it; a
     forced backfill of that slot runs the handler again in a real loop: the key is still
     confirmed (runner.effect_keys), `send` is not called again, and the audit is clean."""
-    from runner import backfill
+    from runner.actions import backfill
     from runner.testing import run_once
 
     slot = datetime.now(UTC).replace(hour=3, minute=0, second=0, microsecond=0) - timedelta(days=3)

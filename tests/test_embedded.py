@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import embedded
+from runner.store import embedded
 from tests.support import ROOT, eventually, runner_cmd
 
 

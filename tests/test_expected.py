@@ -64,8 +64,8 @@ def test_an_open_retirement_and_an_open_pause_owe_nothing_after_them(tx: psycopg
 
 
 def test_the_outage_of_a_range_leaves_out_paused_and_retired_time(tx: psycopg.Connection[Any]) -> None:
-    from runner import misfire
     from runner.sqlfiles import queries
+    from runner.worker import misfire
 
     _job(tx)
     tx.execute("INSERT INTO runner.job_pauses VALUES ('j', %s, %s)", (T0 + 10 * S, T0 + 33 * S))
@@ -288,8 +288,8 @@ def test_a_restart_after_unretire_decides_nothing_in_the_retired_span(db_url: st
 
 
 def test_every_list_of_misfire_policies_comes_from_the_registry(tx: psycopg.Connection[Any]) -> None:
-    from runner import app, policies
-    from runner.tiers import ACTIONS, RUNS
+    from runner.model import app, policies
+    from runner.model.tiers import ACTIONS, RUNS
 
     assert app.MISFIRE_POLICIES == ("skip", "coalesce", "replay", "manual")
     assert ACTIONS == ("skip", "catch_up", "coalesce", "backfill", "approve")

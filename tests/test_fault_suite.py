@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from runner import ledger
+from runner.store import ledger
 from tests.support import ROOT, RunnerProcess, assert_ledger_clean, eventually, rows, scalar
 
 NAMESPACE = 21077
@@ -202,7 +202,7 @@ def test_heartbeat_while_holding_ctx_db_uses_the_control_pool(db_url: str) -> No
 
 def test_a_session_cut_while_relocking_does_not_end_the_runner(db_url: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read from runner/loop.py while tracing the suite's reconnects (no suite run has hit
+    """Read from runner/worker/loop.py while tracing the suite's reconnects (no suite run has hit
     the window yet; this forces it).
 
     ``run()`` calls ``_reconnect()`` from inside its ``except psycopg.OperationalError``
@@ -213,8 +213,8 @@ def test_a_session_cut_while_relocking_does_not_end_the_runner(db_url: str,
     import threading
 
     from runner import Runner
-    from runner import ledger as ledger_module
-    from runner.loop import LoopConfig, Worker
+    from runner.store import ledger as ledger_module
+    from runner.worker.loop import LoopConfig, Worker
 
     app = Runner()
 

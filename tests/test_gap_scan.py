@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import Runner, ledger
-from runner.schedule import parse_schedule
+from runner import Runner
+from runner.model.schedule import parse_schedule
+from runner.store import ledger
 from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -539,11 +540,11 @@ def test_holes_above_the_bounded_target_are_judged_when_their_slots_are_expanded
 
 
 def test_the_duty_catches_up_in_short_calls_and_stops_when_asked(db_url: str) -> None:
-    """runner/gapscan.py's Advancer, on an autocommit connection as the loop gives it: a job
+    """runner/worker/gapscan.py's Advancer, on an autocommit connection as the loop gives it: a job
     tracked from 20 days ago is caught up over several calls (each its own transaction), the
     budget it learned kept; with its stop event set it makes one call and returns, the scan
     still correct."""
-    from runner import gapscan
+    from runner.worker import gapscan
     with psycopg.connect(db_url, autocommit=True) as conn:
         now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         sync(conn, now=now - timedelta(days=20), late={"every": "1h", "track_from": now - timedelta(days=20)},
@@ -719,7 +720,7 @@ def test_the_duty_s_budget_follows_the_target_without_a_dead_zone() -> None:
     by a quarter; one at twice the target halves it, one at 1.25 times takes a fifth off; no
     growth once nothing is behind; the bounds hold. (Before revision 0022's round, calls
     between a quarter of the target and the target left the budget where it was for good.)"""
-    from runner import gapscan
+    from runner.worker import gapscan
     duty = gapscan.Advancer(budget=100_000, target=1.0)
     duty.adapt(0.4, behind=5)
     assert duty.budget == 200_000

@@ -1,4 +1,4 @@
-"""The SQL slot expansion agrees exactly with runner/schedule.py.
+"""The SQL slot expansion agrees exactly with runner/model/schedule.py.
 
 The gap scan expects slots in SQL (runner.cron_slots_v1, runner.every_slots_v1) so that it works
 with no runner alive; the loop expects them in Python (Schedule.slots_between). Property tests
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from runner.schedule import Schedule, ScheduleError, parse_schedule
+from runner.model.schedule import Schedule, ScheduleError, parse_schedule
 
 ZONES = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Seoul",
          "Pacific/Apia", "UTC", "Europe/London",
@@ -81,7 +81,7 @@ def sql_cron(conn: psycopg.Connection[Any], sched: Schedule, start: datetime, en
 
 
 # --------------------------------------------------------------------------------------------
-# cron expressions: every syntax runner/schedule.py accepts, biased to the small hours where
+# cron expressions: every syntax runner/model/schedule.py accepts, biased to the small hours where
 # offset changes happen
 
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]

@@ -1,5 +1,5 @@
 """The schedule history across two code versions of one job (issue 26, defect 2;
-runner/history.py has the design): an old version restarted mid-rollout never rewrites the
+runner/worker/history.py has the design): an old version restarted mid-rollout never rewrites the
 history while the new one runs, the new one's schedule is in force as soon as it runs alone,
 and a later downtime of it is judged by its own schedule: every missed slot is run or listed,
 no slot of the old schedule is listed as a phantom gap, and the audit is clean. Real

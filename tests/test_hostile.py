@@ -113,7 +113,7 @@ def test_a_partition_key_the_ledger_cannot_hold_stops_no_other_job(sink_db: str,
     (refuse the key, log it, leave the slot to the gap scan), the other jobs of the process must
     keep running.
 
-    Fails today (runner/loop.py): PostgreSQL's ProgramLimitExceeded is a psycopg
+    Fails today (runner/worker/loop.py): PostgreSQL's ProgramLimitExceeded is a psycopg
     OperationalError, so ``claim()`` puts the whole claim batch back and re-raises, and
     ``run()`` takes it for a lost connection: it reconnects, claims the same poisoned batch,
     and so on, every few milliseconds, opening a new connection each time; no job of the

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runner import JobDefinitionError, Runner
-from runner.app import Backoff
+from runner.model.app import Backoff
 
 
 def noop(ctx: Any) -> None: ...

@@ -1,4 +1,4 @@
-"""Lanes (runner/lanes.py): what a process serves, per-process handler slots, and each
+"""Lanes (runner/worker/lanes.py): what a process serves, per-process handler slots, and each
 lane's fleet budget, proven with real ``runner start`` processes and the ledger's attempts
 (which process ran what, and what overlapped), plus the race on a lane's last unit."""
 
@@ -14,8 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import lanes, ledger
-from runner.ledger import Owner
+from runner.store import ledger
+from runner.store.ledger import Owner
+from runner.worker import lanes
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 APP = "tests/apps/lanes.py:app"

@@ -10,9 +10,10 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from runner import Runner, ledger
-from runner.ledger import Outcome, Owner, SlotClaim
-from runner.schedule import idempotency_key
+from runner import Runner
+from runner.model.schedule import idempotency_key
+from runner.store import ledger
+from runner.store.ledger import Outcome, Owner, SlotClaim
 from tests.support import rows, scalar
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

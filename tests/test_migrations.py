@@ -14,7 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runner import migrate, sqlfiles
+from runner import sqlfiles
+from runner.store import migrate
 from tests.support import ROOT, rows, run_cli, scalar
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import Runner, ledger, misfire
-from runner.ledger import Owner
+from runner import Runner
+from runner.store import ledger
+from runner.store.ledger import Owner
+from runner.worker import misfire
 from tests.support import RunnerProcess, eventually, rows, scalar
 
 T0 = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)

@@ -135,7 +135,7 @@ SELECT e.job_name, e.schedule_slot, e.partition_key, e.fence, e.at
 FROM model.executions e
 WHERE e.phase = 'began' AND e.at < e.schedule_slot"""
 
-# A key sent again, but for the one repeat runner/effects.py does not promise away ("What is
+# A key sent again, but for the one repeat runner/worker/effects.py does not promise away ("What is
 # not"): a stale owner whose `sent` mark landed before a takeover and whose send reached the
 # outside world after the next owner's attempt had started (frozen between the two, say); the
 # next owner's check, truthful, could not see a send still in flight. Any other repeat (a

@@ -590,8 +590,9 @@ def test_pause_needs_a_reason_a_known_job_and_a_confirmation(db_url: str) -> Non
 
 
 def test_stale_after_comes_from_the_job_definition(tx: psycopg.Connection[Any]) -> None:
-    from runner import Runner, ledger
+    from runner import Runner
     from runner.errors import JobDefinitionError
+    from runner.store import ledger
 
     app = Runner()
 

@@ -1,4 +1,4 @@
-"""Backfill pause conditions given as Prometheus instant queries (runner/conditions.py):
+"""Backfill pause conditions given as Prometheus instant queries (runner/worker/conditions.py):
 asked of the runner's configured Prometheus by HTTP GET, bounded in time and size, true
 when a sample is non-zero. A tiny HTTP server in the test stands in for Prometheus's query
 API; the ledger is the real PostgreSQL."""
@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 
-from runner import backfill, conditions
+from runner.actions import backfill
+from runner.worker import conditions
 from tests import promserver
 from tests.apps.conditions import app as cond_app
 from tests.promserver import Exporter

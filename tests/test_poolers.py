@@ -23,7 +23,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from runner import pooler
+from runner.store import pooler
 from tests.pgbouncer import pgbouncer
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
@@ -104,8 +104,8 @@ def test_a_lock_session_that_reconnects_into_a_transaction_pool_stops_the_runner
     """The lock session is cut and its URL now leads through a transaction pool: the loop's
     reconnect refuses it (PoolerRefused, one line) and the runner stops, instead of taking run
     locks there."""
-    from runner.loop import LoopConfig, Worker
-    from runner.pooler import PoolerRefused
+    from runner.store.pooler import PoolerRefused
+    from runner.worker.loop import LoopConfig, Worker
     from tests.apps.hello import app
 
     with pgbouncer(tmp_path, db_url, "transaction") as bouncer:

@@ -1,6 +1,6 @@
 """The shipped alert rules (deploy/prometheus/runner-alerts.yml) checked and unit-tested with
 Debian's promtool, and the Grafana dashboard (deploy/grafana/runner.json): both name only
-metrics the runner exports (runner/metrics.py's registry and its ledger collector)."""
+metrics the runner exports (runner/worker/metrics.py's registry and its ledger collector)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 from prometheus_client.registry import CollectorRegistry
 
-from runner.metrics import Metrics
-from runner.schedule import Schedule
+from runner.model.schedule import Schedule
+from runner.worker.metrics import Metrics
 from tests import promserver
 from tests.support import ROOT
 

@@ -18,10 +18,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from runner import retention
-from runner.app import Retention, Runner, parse_retention
+from runner.actions import retention
 from runner.errors import JobDefinitionError
-from runner.schedule import ScheduleError
+from runner.model.app import Retention, Runner, parse_retention
+from runner.model.schedule import ScheduleError
 from tests.support import ROOT, rows, runner_cmd, scalar
 from tests.test_cli import one_line_error
 from tests.test_operators import cli, make_run
@@ -482,7 +482,7 @@ def test_the_archive_file_is_on_disk_before_the_deletion_commits(
     crash after the commit must not lose archived lines the ledger no longer has)."""
     import os
 
-    from runner import retention
+    from runner.actions import retention
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         seed(conn)

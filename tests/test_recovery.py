@@ -1,4 +1,4 @@
-"""Recovery as a workload of its own (runner/lanes.py, runner/aio.py, runner/takeover.py):
+"""Recovery as a workload of its own (runner/worker/lanes.py, runner/aio.py, runner/worker/orphans.py):
 each lane's async handlers on their own event loop, so a bulk async backfill never takes a
 realtime async run's place; takeovers only of the lanes a process serves and within each
 lane's room there; a misfire replay's plan tagged with its lane. Proven with real
@@ -156,7 +156,7 @@ def test_takeover_stays_in_the_lanes_served_and_within_their_room(db_url: str, t
 
 
 def test_a_replay_plan_is_tagged_correction_and_an_old_tag_still_reads_so(tx: Any) -> None:
-    from runner import lanes
+    from runner.worker import lanes
 
     tx.execute("INSERT INTO runner.jobs (job_name, schedule_kind, every_interval, track_from)"
                " VALUES ('replayed', 'every', '1 hour', %s)", (T0,))

@@ -63,7 +63,7 @@ def test_the_generator_refuses_a_job_option_its_docstring_does_not_describe(tmp_
 import sys
 sys.path.insert(0, {str(ROOT / 'scripts')!r})
 import gen_reference
-from runner.app import Runner
+from runner.model.app import Runner
 Runner.job.__doc__ = Runner.job.__doc__.replace("            stale_after:", "            not_an_option:")
 gen_reference.jobs_page()
 """
@@ -119,7 +119,7 @@ def test_every_command_option_and_argument_of_the_cli_says_what_it_is() -> None:
 
 
 def test_every_metric_of_the_registry_is_in_metrics_md(db_url: str) -> None:
-    from runner.metrics import LedgerCollector, Metrics
+    from runner.worker.metrics import LedgerCollector, Metrics
 
     text = page("metrics")
     names = {m.name for m in Metrics().registry.collect()}
@@ -139,7 +139,7 @@ def test_every_metric_of_the_registry_is_in_metrics_md(db_url: str) -> None:
 def test_every_job_option_and_context_member_is_in_jobs_md() -> None:
     from runner import JobContext
     from runner.aio import AsyncJobContext
-    from runner.app import Runner
+    from runner.model.app import Runner
 
     text = page("jobs")
     options = section(text, "## @app.job(name, ...)")
@@ -155,7 +155,7 @@ def test_every_job_option_and_context_member_is_in_jobs_md() -> None:
 
 
 def test_every_alert_kind_is_in_alerts_md() -> None:
-    from runner.alerts import KINDS
+    from runner.model.alerts import KINDS
 
     lines = page("alerts").splitlines()
     for kind in KINDS:
@@ -181,7 +181,7 @@ def test_every_view_and_granted_function_is_in_sql_md() -> None:
 
 
 def test_every_action_has_its_path_in_api_md() -> None:
-    from runner import actions
+    from runner.actions import registry as actions
 
     text = page("api")
     for name in actions.names():
@@ -282,7 +282,7 @@ def resolve(doc: dict[str, Any], node: Any) -> None:
 
 
 def test_runner_web_serves_its_openapi_document_behind_the_reads_auth(db_url: str, tmp_path: Path) -> None:
-    from runner import actions
+    from runner.actions import registry as actions
     from runner.web import app as web_app
     from runner.web import auth
 

@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import ledger
-from runner.app import Runner
+from runner.model.app import Runner
+from runner.store import ledger
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 from tests.test_operators import cli, make_job, make_run, requests
 

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from runner.schedule import (
+from runner.model.schedule import (
     Schedule,
     ScheduleError,
     idempotency_key,

@@ -20,7 +20,7 @@ from croniter import croniter  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from runner.schedule import parse_schedule
+from runner.model.schedule import parse_schedule
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT stop `runner start` cleanly wherever they land (runner/signals.py).
+"""SIGTERM and SIGINT stop `runner start` cleanly wherever they land (runner/worker/signals.py).
 
 A Python signal handler runs on the main thread between two bytecodes, possibly while that
 thread holds a lock (the Event it waits on, a logging handler's): a handler that takes such
@@ -156,7 +156,7 @@ def test_sigterm_and_sigint_anywhere_in_a_runners_life_stop_it_cleanly(db_url: s
 def _worker() -> Any:
     """A Worker that is never started (its stop() sets its two Events; no database)."""
     from runner import Runner
-    from runner.loop import Worker
+    from runner.worker.loop import Worker
 
     app = Runner()
 
@@ -178,7 +178,7 @@ def test_a_signal_inside_the_locks_the_main_thread_holds_is_handled_at_once() ->
     of a join), another thread holds the logging locks, and the signal is raised right
     there. A handler that calls stop(), logs or starts a (non-daemon) thread waits for one
     of them: a watchdog lets them all go after WAIT seconds (no hung suite); the test fails."""
-    from runner.signals import SignalStop
+    from runner.worker.signals import SignalStop
 
     wait = 5.0
     worker = _worker()
@@ -254,7 +254,7 @@ def test_the_handler_calls_nothing() -> None:
     """No lock, no logging, no Event, no thread, not even os.write (each call that lets the
     GIL go lets another handler run inside this one): a profiler sees the handler called
     for each signal, and nothing called from it, Python function or C function."""
-    from runner.signals import SignalStop
+    from runner.worker.signals import SignalStop
 
     stopping = SignalStop(logging.getLogger("runner"))
     stopping.install()
@@ -299,7 +299,7 @@ def test_a_flood_of_signals_fills_the_pipe_and_nothing_blocks() -> None:
     """A flood of signals fills the pipe while the watcher is held up (here by its first log
     line): the signals still return at once (a full pipe drops the mark, and says nothing),
     and the stop happens once the watcher goes on."""
-    from runner.signals import SignalStop
+    from runner.worker.signals import SignalStop
 
     gate = Gate()
     held_up = logging.Logger("runner-test-signals", logging.INFO)

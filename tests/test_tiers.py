@@ -1,4 +1,4 @@
-"""Misfire tiers (runner/tiers.py): the tier is chosen by how long the job was missing, each
+"""Misfire tiers (runner/model/tiers.py): the tier is chosen by how long the job was missing, each
 decided slot records its tier and why, a backfill tier makes one audited plan however many
 runners decide, an approval tier runs nothing before a person approves."""
 
@@ -12,8 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import JobDefinitionError, Runner, ledger, misfire, tiers
-from runner.schedule import idempotency_key
+from runner import JobDefinitionError, Runner, tiers
+from runner.model.schedule import idempotency_key
+from runner.store import ledger
+from runner.worker import misfire
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 
 T0 = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from runner import migrate
+from runner.store import migrate
 from tests.support import ROOT, RunnerProcess, assert_ledger_clean, eventually, run_cli, runner_cmd, scalar
 
 WAITING = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
@@ -166,11 +166,18 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, timeout=60)
 
 
+# where HEAD is set: runner/store/migrate.py, and runner/migrate.py before the layout of issue 27
+MIGRATE_PATHS = ("runner/store/migrate.py", "runner/migrate.py")
+
+
 def _head_at(commit: str) -> str | None:
-    """HEAD of runner/migrate.py at ``commit`` (None: no such file or commit)."""
-    shown = _git("show", f"{commit}:runner/migrate.py")
-    found = re.search(rb'^HEAD = "([^"]+)"', shown.stdout, re.MULTILINE) if shown.returncode == 0 else None
-    return found.group(1).decode() if found else None
+    """HEAD of the migrate module at ``commit`` (None: no such file or commit)."""
+    for path in MIGRATE_PATHS:
+        shown = _git("show", f"{commit}:{path}")
+        if shown.returncode == 0:
+            found = re.search(rb'^HEAD = "([^"]+)"', shown.stdout, re.MULTILINE)
+            return found.group(1).decode() if found else None
+    return None
 
 
 def previous_release(into: Path) -> Path:
@@ -180,7 +187,7 @@ def previous_release(into: Path) -> Path:
     migrations as runner/_migrations, as an install lays them out). Skips without git history."""
     if shutil.which("git") is None or _git("rev-parse", "HEAD").returncode != 0:
         pytest.skip("not a git checkout: the previous revision's code is not at hand")
-    listed = _git("rev-list", "--first-parent", "HEAD", "--", "runner/migrate.py")
+    listed = _git("rev-list", "--first-parent", "HEAD", "--", *MIGRATE_PATHS)
     old = None
     for commit in ["HEAD", *listed.stdout.decode().split()]:
         for candidate in (commit, f"{commit}^1"):
@@ -215,7 +222,9 @@ def test_a_runner_of_the_previous_revision_keeps_running_across_the_upgrade(
         return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
                               cwd=old, env=env, timeout=120)
 
-    which = subprocess.run([sys.executable, "-c", "import runner.migrate as m; print(m.__file__, m.HEAD)"],
+    # the old tree's migrate module: runner/store/migrate.py, or runner/migrate.py before the layout
+    module = next(p for p in MIGRATE_PATHS if (old / p).is_file()).removesuffix(".py").replace("/", ".")
+    which = subprocess.run([sys.executable, "-c", f"import {module} as m; print(m.__file__, m.HEAD)"],
                            capture_output=True, text=True, cwd=old, env=env, timeout=60)
     assert which.stdout.startswith(str(old)), which
     previous = which.stdout.split()[1]

@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import JobDefinitionError, Runner, backfill
+from runner import JobDefinitionError, Runner
+from runner.actions import backfill
 from runner.verification import checksum, count, positional, residual, sample_keys
 from tests.apps.verified import app as vf_app
 from tests.support import RunnerProcess, eventually, rows, run_cli, scalar

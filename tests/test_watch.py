@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
-from runner.attempt import traceback_text
 from runner.web.charts import timings_chart
+from runner.worker.attempt import traceback_text
 from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
 from tests.test_health_lag import health, make_minutely_job, succeed
 

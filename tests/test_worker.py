@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from runner import JobContext, LostOwnership, Permanent, Runner
-from runner.schedule import idempotency_key
+from runner.model.schedule import idempotency_key
 from tests.support import assert_ledger_clean, eventually, one_late_slot, rows, running_worker, scalar
 
 FAST = {"base": "10ms", "jitter": 0}

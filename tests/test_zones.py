@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from runner import JobDefinitionError, Runner
-from runner.schedule import ScheduleError, parse_schedule
+from runner.model.schedule import ScheduleError, parse_schedule
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

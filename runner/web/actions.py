@@ -1,5 +1,5 @@
 """The operator's actions from the console: a thin adapter over the registry
-(runner/actions.py), which defines each action once for the CLI and the console.
+(runner/actions/registry.py), which defines each action once for the CLI and the console.
 
 ``/actions/NAME`` (a page: the impact, then a form asking for the reason) and
 ``/api/actions/NAME`` (JSON; ``dry_run`` answers the impact) serve every action of the
@@ -19,9 +19,9 @@ from typing import Any
 
 import psycopg
 
-from runner import actions as registry
-from runner.app import Runner
-from runner.operate import OperatorError
+from runner.actions import registry as registry
+from runner.actions.operate import OperatorError
+from runner.model.app import Runner
 from runner.settings import lock_namespace
 from runner.web.auth import User
 

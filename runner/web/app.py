@@ -3,7 +3,7 @@
 Pages and API share their code: every page renders what a function of runner/web/reads.py
 returned, and ``GET /api/...`` returns the same data as JSON; every action, from a form or
 ``POST /api/...``, goes through runner/web/actions.py, an adapter over the action registry
-(runner/actions.py) the CLI dispatches through too: ``/actions/NAME`` and
+(runner/actions/registry.py) the CLI dispatches through too: ``/actions/NAME`` and
 ``/api/actions/NAME`` serve every action of it. Times in a page's query are read by the
 registry's one time parser. Who may do what is runner/web/auth.py.
 
@@ -59,11 +59,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runner import ledger, operate
-from runner.actions import parse_time
-from runner.app import Runner
+from runner.actions import operate
+from runner.actions.registry import parse_time
+from runner.model.app import Runner
 from runner.settings import redact
 from runner.sqlfiles import queries
+from runner.store import ledger
 from runner.web import actions, auth, charts, openapi, reads
 from runner.web.auth import User
 from runner.web.openapi import ACTION_ROUTES, API_READS
@@ -872,7 +873,7 @@ def serve(web: Starlette, host: str, port: int, log_level: str, grace: int,
 
     import uvicorn
 
-    from runner.signals import SignalStop
+    from runner.worker.signals import SignalStop
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

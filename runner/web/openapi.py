@@ -3,7 +3,7 @@
 Built from what serves the API, so it cannot name a route or a parameter that is not there
 (runner/web/app.py makes its /api/ routes from the two tables below):
 
-* the actions: one ``POST /api/actions/NAME`` per action of the registry (runner/actions.py),
+* the actions: one ``POST /api/actions/NAME`` per action of the registry (runner/actions/registry.py),
   its JSON body the action's console parameters (``Param.web``) with their kinds, bounds,
   defaults and help, plus ``reason`` and ``dry_run``; and the short paths of some of them
   (``ACTION_ROUTES`` below, e.g. ``POST /api/runs/rerun``);
@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner import __version__
-from runner import actions as registry
+from runner.actions import registry
 from runner.web import reads
 
 ERROR_STATUSES = {
@@ -161,7 +161,7 @@ def _error(code: str) -> dict[str, Any]:
 
 
 def param_schema(p: registry.Param) -> dict[str, Any]:
-    """The JSON schema of one action parameter, from its kind (runner/actions.py KINDS)."""
+    """The JSON schema of one action parameter, from its kind (runner/actions/registry.py KINDS)."""
     schema: dict[str, Any]
     if p.kind == "text":
         schema = {"type": "string", "maxLength": registry.MAX_TEXT}

@@ -24,9 +24,10 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
-from runner import backfill, ledger, operate
-from runner.app import Runner
+from runner.actions import backfill, operate
+from runner.model.app import Runner
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("web")
 QO = queries("operate")

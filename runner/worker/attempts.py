@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runner.context import RunContext
-from runner.ledger import ClaimedRun
+from runner.store.ledger import ClaimedRun
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Attempts:
                 active.deadline = deadline
 
     def finishing(self, run: ClaimedRun) -> bool:
-        """A handler returned and is about to record its success (runner/attempt.py
+        """A handler returned and is about to record its success (runner/worker/attempt.py
         ``_given_up``): False if the runner gave up on the attempt first (its timed_out or
         released outcome is recorded instead, and the success is not), else True, and from
         then on the timeout no longer applies to it."""

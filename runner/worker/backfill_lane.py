@@ -1,4 +1,4 @@
-"""The backfill lane duty of one process: passes over the backfill plans (runner/backfill.py),
+"""The backfill lane duty of one process: passes over the backfill plans (runner/actions/backfill.py),
 below realtime.
 
 After this tick's slots, takeovers and retries; with the free room of the lanes this process
@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from runner import backfill
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner
+from runner.actions import backfill
+from runner.model.jobs import JobDef
+from runner.store.ledger import ClaimedRun, Owner
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig
 from runner.worker.session import LockSession

@@ -16,12 +16,12 @@ import time
 
 import psycopg
 
-from runner import ledger
-from runner.duties import Duty
-from runner.jobs import JobDef
-from runner.ledger import Owner
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import Owner
 from runner.worker.attempts import Attempts
 from runner.worker.config import LoopConfig, first_line
+from runner.worker.duties import Duty
 from runner.worker.session import LockSession
 
 log = logging.getLogger("runner.loop")

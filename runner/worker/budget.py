@@ -22,8 +22,8 @@ from typing import Any
 
 import psycopg
 
-from runner import lanes
-from runner.jobs import JobDef
+from runner.model.jobs import JobDef
+from runner.worker import lanes
 from runner.worker.config import LoopConfig
 
 LANES_REREAD = 30.0  # seconds: serving every lane, the lane list is read again this often

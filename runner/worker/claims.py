@@ -1,7 +1,7 @@
 """The claim path of one process: due slots -> their claims -> one claim statement -> the runs
 won, started.
 
-``fan_out`` turns each served job's due slot into claims (runner/fanout.py: one per
+``fan_out`` turns each served job's due slot into claims (runner/worker/fanout.py: one per
 partition), ``claim`` sends up to ``claim_batch`` of them in one statement on the lock
 session, whose ``pg_try_advisory_lock`` locks every run won, and hands the runs to the
 executor. While idle, ``prepare`` builds the claims of slots due within PREPARE_AHEAD. Past
@@ -41,16 +41,17 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, misfire
 from runner.errors import error_text
 from runner.events import event
-from runner.fanout import plan_slot
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner, SlotClaim
-from runner.metrics import Metrics
-from runner.schedule import idempotency_keys
+from runner.model.jobs import JobDef
+from runner.model.schedule import idempotency_keys
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner, SlotClaim
+from runner.worker import misfire
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig
+from runner.worker.fanout import plan_slot
+from runner.worker.metrics import Metrics
 from runner.worker.misfires import Misfires
 from runner.worker.session import LockSession
 
@@ -243,7 +244,7 @@ class ClaimPath:
         self.stats["stolen"] += len(stolen)
 
     def _slot_claims(self, job: JobDef, slot: datetime) -> list[SlotClaim]:
-        """The claims of one slot, from its fan-out (runner/fanout.py: user callables behind
+        """The claims of one slot, from its fan-out (runner/worker/fanout.py: user callables behind
         their own error boundary, a dynamic job's partitions recorded before any claim)."""
         plan = plan_slot(self.session.conn(), job, slot, self.config.max_partitions)
         if plan.error is not None or plan.window_start is None or plan.window_end is None \

@@ -20,14 +20,14 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
-from runner.attempt import crash_point
 from runner.events import event
-from runner.ledger import ClaimedRun, Outcome, Owner
-from runner.metrics import Metrics
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Outcome, Owner
+from runner.worker.attempt import crash_point
 from runner.worker.attempts import Attempts
 from runner.worker.budget import InFlight
 from runner.worker.config import LoopConfig, connect, first_line
+from runner.worker.metrics import Metrics
 from runner.worker.session import LockSession
 
 log = logging.getLogger("runner.loop")

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from runner.fanout import MAX_PARTITIONS
-from runner.jobs import Retention
+from runner.model.jobs import Retention
+from runner.worker.fanout import MAX_PARTITIONS
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class LoopConfig:
     prune_interval: float = 60.0  # seconds between passes of the retention duty
     prune_batch: int = 1000  # runs pruned per pass at most
     lanes: tuple[str, ...] | None = None  # the lanes this process serves; None: every lane
-    lane_slots: tuple[tuple[str, int], ...] = ()  # handler slots per lane (runner/lanes.py)
+    lane_slots: tuple[tuple[str, int], ...] = ()  # handler slots per lane (runner/worker/lanes.py)
 
     @property
     def inflight_cap(self) -> int:

@@ -31,18 +31,18 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from runner import ledger
 from runner.aio import AsyncHandlers
-from runner.attempt import crash_point, execute, failure
 from runner.context import JobContext, RunContext
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Outcome, Owner
-from runner.metrics import Metrics
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Outcome, Owner
+from runner.worker.attempt import crash_point, execute, failure
 from runner.worker.attempts import Attempts
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig, first_line
+from runner.worker.metrics import Metrics
 from runner.worker.session import LockSession
 
 log = logging.getLogger("runner.loop")
@@ -172,7 +172,7 @@ class Executor:
         application sharing RUNNER_LOCK_NAMESPACE, or a squatter), the attempt fails with
         LockUnavailable and counts against max_attempts like any other, so the run ends
         dead, never retried forever; the takeover duty ends a squatter where it may
-        (runner/takeover.py). Never waiting with the run running and its key free: the
+        (runner/worker/orphans.py). Never waiting with the run running and its key free: the
         takeover duty leaves such a run alone only for a few seconds (take_over_orphans: a
         fresh attempt of a live runner session)."""
         try:
@@ -307,7 +307,7 @@ class Executor:
     def hand_off_all(self) -> None:
         """At shutdown, before the grace: every running attempt's ``ctx.stopping`` becomes
         true; a handler that checkpoints stops at its next checkpoint and its run goes to
-        another runner at once (runner/checkpoints.py)."""
+        another runner at once (runner/worker/checkpoints.py)."""
         for active in self.attempts.running():
             active.ctx.hand_off()
 

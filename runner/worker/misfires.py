@@ -1,5 +1,5 @@
 """The misfire duty of one process: late slots, handed over by the claim path, decided by
-their job's policy (runner/misfire.py) in bounded batches.
+their job's policy (runner/worker/misfire.py) in bounded batches.
 
 Late slots (not started within the job's grace: every runner was down, or this one was
 stopped or overloaded) are never claimed as if on time. The claim path hands each job's late
@@ -20,10 +20,10 @@ from typing import Any
 
 import psycopg
 
-from runner import misfire
 from runner.errors import error_text
-from runner.jobs import JobDef
-from runner.ledger import SlotClaim
+from runner.model.jobs import JobDef
+from runner.store.ledger import SlotClaim
+from runner.worker import misfire
 from runner.worker.config import LoopConfig
 from runner.worker.session import LockSession
 

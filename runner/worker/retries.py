@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runner import ledger
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig
 from runner.worker.session import LockSession

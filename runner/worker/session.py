@@ -5,7 +5,7 @@ the process wins is locked by ``pg_try_advisory_lock`` in the claim statement it
 session that holds it for the run's whole attempt. The loop thread uses it for every duty;
 the completer thread unlocks finished runs on it (a psycopg connection serialises its
 statements). It must be a session of its own, not one of a transaction or statement pool
-(runner/pooler.py): checked when it opens and at every reconnect. When it dies, its locks die
+(runner/store/pooler.py): checked when it opens and at every reconnect. When it dies, its locks die
 with it: ``reconnect`` opens a new one and locks again the runs still being executed that
 nobody took over meanwhile; the others are asked to stop (whatever they record will be
 refused by the fence).
@@ -26,8 +26,8 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, pooler
-from runner.ledger import Owner
+from runner.store import ledger, pooler
+from runner.store.ledger import Owner
 from runner.worker.attempts import Attempts
 from runner.worker.config import connect, first_line
 
@@ -47,13 +47,13 @@ class LockSession:
 
     def open(self) -> psycopg.Connection[Any]:
         """Connect; PoolerRefused (one line) when the URL goes through a transaction or
-        statement pool (runner/pooler.py): its locks would not stay with this session."""
+        statement pool (runner/store/pooler.py): its locks would not stay with this session."""
         self._conn = self._connect()
         return self._conn
 
     def _connect(self) -> psycopg.Connection[Any]:
         """A new lock session, checked: proven direct in one statement, else the full check
-        on connections of the check's own (runner/pooler.py)."""
+        on connections of the check's own (runner/store/pooler.py)."""
         conn = connect(self.url)
         try:
             if not pooler.direct(conn):
@@ -107,7 +107,7 @@ class LockSession:
                 self._conn = self._connect()
                 mine = attempts.keys()
                 # peers see the new session first: a session holding runner keys that is not
-                # registered is a squatter to them (runner/takeover.py)
+                # registered is a squatter to them (runner/worker/orphans.py)
                 ledger.heartbeat_instance(self.conn(), self.owner)
                 kept = ledger.relock_runs(self.conn(), self.owner.namespace, mine)
                 break

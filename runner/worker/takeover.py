@@ -1,5 +1,5 @@
 """The takeover duty of one process: runs whose owner is gone (a dead or hung runner, its lock
-session ended) are taken over here (runner/takeover.py), every poll interval.
+session ended) are taken over here (runner/worker/orphans.py), every poll interval.
 
 Only the orphans of the served lanes, each lane within its free in-flight room here (its cap
 minus its runs in flight): a takeover counts toward the lane's cap like a claim, so a bulk
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runner import takeover
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner
-from runner.metrics import Metrics
+from runner.model.jobs import JobDef
+from runner.store.ledger import ClaimedRun, Owner
+from runner.worker import orphans as takeover
 from runner.worker.budget import Capacity
 from runner.worker.config import LoopConfig
+from runner.worker.metrics import Metrics
 from runner.worker.session import LockSession
 
 DEFAULT_LEASE = 60.0  # seconds: the lease of a run whose job this process does not define

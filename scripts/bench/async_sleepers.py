@@ -33,7 +33,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 APP_ASYNC = '''
 import asyncio

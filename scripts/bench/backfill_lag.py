@@ -45,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 DB = "bench_backfill_lag"
 APP = '''

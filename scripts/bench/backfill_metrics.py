@@ -1,4 +1,4 @@
-"""Cost of the backfill metrics at scrape time (runner/metrics.py, BackfillCollector).
+"""Cost of the backfill metrics at scrape time (runner/worker/metrics.py, LedgerCollector).
 
 A plan of N runs (half succeeded, a few hundred finished in the last minute, the rest
 pending) beside a ledger of L other runs of the same job; times one ledger read of the
@@ -23,8 +23,10 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from runner import Runner, backfill, migrate
-from runner.metrics import BackfillCollector
+from runner import Runner
+from runner.actions import backfill
+from runner.store import migrate
+from runner.worker.metrics import LedgerCollector
 from scripts.bench.benchlib import DEFAULT_DSN, drop_database, recreate_database
 
 FILL = """
@@ -78,7 +80,7 @@ def main() -> None:
                 conn.execute(FINISH, {"group": made["backfill"]["replay_group_id"]})
                 conn.execute("ANALYZE runner.job_runs")
                 first += n + 10
-                collector = BackfillCollector(lambda: psycopg.connect(url, autocommit=True), min_interval=0)
+                collector = LedgerCollector(lambda: psycopg.connect(url, autocommit=True), min_interval=0)
                 try:
                     metrics = median_ms(collector.read, args.repeat)
                     assert collector.read(), "the collector read nothing"

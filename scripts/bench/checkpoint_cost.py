@@ -1,4 +1,4 @@
-"""The cost of one fenced checkpoint (runner/checkpoints.py, issue 33).
+"""The cost of one fenced checkpoint (runner/worker/checkpoints.py, issue 33).
 
     python scripts/bench/checkpoint_cost.py [--dsn DSN] [-n 300] [--rows 100]
 
@@ -30,8 +30,8 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchlib import drop_database, environment, median, percentile, print_table, recreate_database
 
-from runner import migrate
-from runner.checkpoints import commit_checkpoint, encode
+from runner.store import migrate
+from runner.worker.checkpoints import commit_checkpoint, encode
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 NAME = "bench_checkpoint_cost"

@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 import peers_throughput  # noqa: E402
 import runner_throughput  # noqa: E402
 
-from runner.loop import LoopConfig  # noqa: E402
+from runner.worker.loop import LoopConfig  # noqa: E402
 
 
 def main() -> None:

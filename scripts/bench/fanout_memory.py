@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from benchlib import DEFAULT_DSN, drop_database, recreate_database  # noqa: E402
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 APP = '''
 from runner import Runner

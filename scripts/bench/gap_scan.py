@@ -5,7 +5,7 @@
 For each size: creates a scratch database, migrates it, registers the jobs (a mix of every=
 and cron= schedules in several zones, some with static partitions, some with dynamic ones, all
 tracked from `--days` ago), and COPYs about `--rows` runs for their slots, computed by
-runner/schedule.py: mostly succeeded, some skipped and coalesced, and `--problems` slots
+runner/model/schedule.py: mostly succeeded, some skipped and coalesced, and `--problems` slots
 (default 7,000 at every size; or `--problem-rate`, a fraction) failed, dead or left without a
 run: what the scan lists. Then it times the view, median of `--repeat` runs:
 
@@ -47,8 +47,9 @@ from benchlib import (  # noqa: E402
     recreate_database,
 )
 
-from runner import Runner, ledger, migrate  # noqa: E402
-from runner.app import JobDef  # noqa: E402
+from runner import Runner  # noqa: E402
+from runner.model.app import JobDef  # noqa: E402
+from runner.store import ledger, migrate  # noqa: E402
 
 ZONES = ["UTC", "Asia/Seoul", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"]
 

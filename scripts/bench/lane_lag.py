@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE))
 
 import benchlib  # noqa: E402
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 DB = "bench_lane_lag"
 APP = '''

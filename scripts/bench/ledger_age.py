@@ -64,7 +64,7 @@ from benchlib import (  # noqa: E402
 )
 from gap_scan import define_jobs, seed, url_of  # noqa: E402
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 APP = '''
 from runner import Runner

@@ -7,7 +7,7 @@ One job with N partitions is due at one instant (every="30s"), so one slot fans 
 runs; two real `runner start` processes drain it. Runs per second = N / (last finished_at -
 slot instant), read from the ledger. The ceiling ("raw") is two processes issuing, in a
 minimal psycopg loop, exactly the statements the runner issues per batch of runs (claim,
-finish, unlock; runner/ledger.py), each process claiming its own share of the slot as the
+finish, unlock; runner/store/ledger.py), each process claiming its own share of the slot as the
 runners do, with no handler, threads or scheduling around them.
 Each measurement uses a fresh scratch database, dropped afterwards. With --async, every round
 also measures the runner with an ``async def`` no-op handler (the runner's event loop,
@@ -37,9 +37,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from runner import ledger, migrate  # noqa: E402
-from runner.ledger import Outcome, Owner, SlotClaim  # noqa: E402
-from runner.schedule import idempotency_keys  # noqa: E402
+from runner.model.schedule import idempotency_keys  # noqa: E402
+from runner.store import ledger, migrate  # noqa: E402
+from runner.store.ledger import Outcome, Owner, SlotClaim  # noqa: E402
 
 APP = '''
 from runner import Runner

@@ -9,7 +9,7 @@ back at the end, so the ledger is left as found), then
   * uncapped: one call of runner.advance_watermarks_v2(now, NULL, NULL), what runner.advance_watermarks_v1
     (and every runner before revision 0020_bounded) does: its wall time is the age of the
     snapshot it holds;
-  * bounded: the same catch-up by the runners' duty (runner/gapscan.py Advancer, its defaults:
+  * bounded: the same catch-up by the runners' duty (runner/worker/gapscan.py Advancer, its defaults:
     a first budget of 100,000 probes, aiming at ~1 s a call), each call timed: calls, median and longest call,
     total; and whether both leave the same holes.
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 from benchlib import DEFAULT_DSN, dsn_for, environment  # noqa: E402
 from gap_scan import url_of  # noqa: E402
 
-from runner import gapscan  # noqa: E402
+from runner.worker import gapscan  # noqa: E402
 
 HOLES = "SELECT count(*), md5(string_agg(job_name || schedule_slot || partition_key || whole_slot, ',' ORDER BY 1)) FROM" \
         " (SELECT job_name, schedule_slot, partition_key, whole_slot FROM runner.gap_holes ORDER BY 1, 2, 3, 4) h"

@@ -52,7 +52,7 @@ from benchlib import (  # noqa: E402
     scratch_dir,
 )
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 APP = '''
 from runner import Runner

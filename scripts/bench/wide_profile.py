@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE))
 from benchlib import DEFAULT_DSN, drop_database, install_cleanup, percentile, recreate_database, scratch_dir  # noqa: E402
 from wide_instants import APP, url_of  # noqa: E402
 
-from runner import migrate  # noqa: E402
+from runner.store import migrate  # noqa: E402
 
 RUNS = ("SELECT a.owner_pid, extract(epoch FROM a.started_at - r.schedule_slot)::float8,"
         " extract(epoch FROM a.finished_at - a.started_at)::float8"

@@ -18,7 +18,7 @@ attempt is recorded succeeded for work that did not return. Each run sends one s
 through the effect log (``ctx.effect``, key ``<idempotency key>:model``) before its work; the
 send is noted as phase ``sent`` (its key in ``mode``, the sender's fence in ``fence``), and the
 effect's check reads those notes (truthful), so the test can check that no key is ever sent
-twice but in the one way runner/effects.py allows (a stale owner still sending after a
+twice but in the one way runner/worker/effects.py allows (a stale owner still sending after a
 takeover).
 
 A second code version is the same file run with another control file (``MODEL_CONTROL`` of

@@ -30,7 +30,7 @@ import psutil
 import psycopg
 import pytest
 
-from runner import embedded
+from runner.store import embedded
 
 INTRUDER = "runner-intruder"
 USER = "runner-tester"  # an ordinary user who runs the runner (the non-root case)
@@ -132,7 +132,7 @@ import json, site, sys
 site.addsitedir(sys.argv[1])
 import psycopg
 from pathlib import Path
-from runner import embedded
+from runner.store import embedded
 home = Path(sys.argv[3])
 if sys.argv[2] == "start":
     server = embedded.start(home)

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from runner import JobContext, Runner
-from runner.fanout import MAX_PARTITIONS
+from runner.worker.fanout import MAX_PARTITIONS
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, running_worker, scalar
 
 

@@ -5,7 +5,7 @@ condition is refused.
 
 The plans are written as the test's superuser with the condition set afterwards, so what is
 tested is the runner's own evaluation (not the creation check, which would refuse most of
-them first). The runner-level tests import nothing of runner/conditions.py, so they can be
+them first). The runner-level tests import nothing of runner/worker/conditions.py, so they can be
 run against a runner without it.
 """
 
@@ -23,7 +23,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from runner import backfill
+from runner.actions import backfill
 from tests.apps.conditions import app as cond_app
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, scalar
 
@@ -296,11 +296,11 @@ def test_without_the_condition_role_a_superuser_runner_refuses_to_evaluate(
     assert "too powerful" in (reason or "") and "sql/roles.sql" in (reason or ""), reason
 
 
-# -- the evaluation's own limits (runner/conditions.py driven directly) ------------------------
+# -- the evaluation's own limits (runner/worker/conditions.py driven directly) ------------------------
 
 
 def test_one_runner_at_a_time_evaluates_a_plan(url: str) -> None:
-    from runner import conditions
+    from runner.worker import conditions
 
     plan_id = make_plan(url, "SELECT false", slots=2)
     with psycopg.connect(url, autocommit=True) as other, conditions.connect(url) as cond:
@@ -317,7 +317,7 @@ def test_one_runner_at_a_time_evaluates_a_plan(url: str) -> None:
 
 
 def test_the_whole_evaluation_is_timed_and_the_session_reset(url: str) -> None:
-    from runner import conditions
+    from runner.worker import conditions
 
     plan_id = make_plan(url, "SELECT pg_sleep(0.8) IS NULL", slots=2)
     with conditions.connect(url) as cond:

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from runner import Runner, ledger
+from runner import Runner
+from runner.store import ledger
 from tests.security.conftest import Logins, refused, snapshot
 from tests.support import rows, run_cli, scalar
 

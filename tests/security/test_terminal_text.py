@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from runner import ledger
+from runner.store import ledger
 from tests.apps.shown import HOSTILE
 from tests.apps.shown import app as shown_app
 from tests.support import run_cli

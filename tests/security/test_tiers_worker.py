@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from runner import Runner, ledger, misfire, tiers
+from runner import Runner, tiers
+from runner.store import ledger
+from runner.worker import misfire
 from tests.security.conftest import Logins, refused
 from tests.support import rows
 

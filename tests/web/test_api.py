@@ -414,7 +414,7 @@ def test_pause_resume_approve_skip_and_backfill_actions_write_their_requests(led
 
 
 def test_a_backfill_with_the_app_shows_its_dry_run_then_creates_the_plan(ledger: Ledger, tmp_path: Path) -> None:
-    from runner.app import Runner
+    from runner.model.app import Runner
 
     app = Runner()
 
@@ -445,7 +445,7 @@ def test_a_forced_backfill_resumes_from_a_checkpoint_only_when_asked_and_its_pre
     (the request row saying kept), as the CLI's --resume does."""
     from urllib.parse import urlencode
 
-    from runner.app import Runner
+    from runner.model.app import Runner
 
     app = Runner()
 
@@ -491,7 +491,7 @@ def test_a_backfill_reaching_past_now_is_clamped_in_the_web_too(ledger: Ledger) 
     the preview says so in one line."""
     from datetime import timedelta
 
-    from runner.app import Runner
+    from runner.model.app import Runner
 
     app = Runner()
 

@@ -445,10 +445,10 @@ def test_the_cli_reruns_many_through_the_registry(ledger: Ledger) -> None:
 
 
 def test_the_definition_shown_is_what_a_runner_synced(ledger: Ledger) -> None:
-    """A real sync (runner/ledger.py sync_jobs, as `runner start` does) records every field the
+    """A real sync (runner/store/ledger.py sync_jobs, as `runner start` does) records every field the
     job page shows, overlap and lane included; the page reads them from the ledger (no --app)."""
-    from runner import ledger as ledger_module
-    from runner.app import Runner
+    from runner.model.app import Runner
+    from runner.store import ledger as ledger_module
 
     app = Runner()
 

@@ -1,4 +1,4 @@
-"""The console serves every action of the registry (runner/actions.py), with the same
+"""The console serves every action of the registry (runner/actions/registry.py), with the same
 impact-first confirmation: retire, unretire, lane_set and prune over the JSON API and the
 pages, each as the CLI does it (the same database function, the same runner.requests row,
 with the web user), viewers refused, hostile text escaped, overlong text refused with one
@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import psycopg
 
-from runner import actions
+from runner.actions import registry as actions
 from runner.web import auth
 from tests.support import scalar
 from tests.web.conftest import (

@@ -21,9 +21,9 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
-from runner.operate import OperatorError, as_json, call_action, checked_text, default_who, get_request
+from runner.actions.operate import OperatorError, as_json, call_action, checked_text, default_who, get_request
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("bulk")
 

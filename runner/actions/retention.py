@@ -16,7 +16,7 @@ when each job was last in the code of those runners, so the ``job_not_in_code`` 
 the same with the rows gone, and its cost follows the instances kept, not every start ever.
 
 The duty runs in a thread of its own with a connection of its own, like the gap scan
-(runner/gapscan.py), off the loop's hot path: every ``interval`` seconds one pass of at most
+(runner/worker/gapscan.py), off the loop's hot path: every ``interval`` seconds one pass of at most
 ``batch`` runs, in one short transaction. One runner at a time across the fleet does it: the
 function takes a transaction-level advisory lock (namespace, runner.duty_lock_key_v1('prune'))
 and returns at once when another caller holds it. Each pass is its own error boundary: a
@@ -50,8 +50,8 @@ from typing import IO, Any
 import psycopg
 from psycopg import sql
 
-from runner import ledger
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.retention")
 Q = queries("retention")

@@ -25,9 +25,9 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
 from runner.errors import error_text
-from runner.jobs import JobDef
+from runner.model.jobs import JobDef
+from runner.store import ledger
 
 log = logging.getLogger("runner.fanout")
 

@@ -10,7 +10,7 @@ attempt: a run whose owners died that many times (a handler that kills its proce
 ``dead`` instead of being taken over again. Detection needs no heartbeat timeout, only the
 next pass of the loop (every poll interval, 1 s by default).
 
-Lanes (runner/lanes.py): a process takes over only runs of the lanes it serves, and each lane
+Lanes (runner/worker/lanes.py): a process takes over only runs of the lanes it serves, and each lane
 at most its free in-flight room on the process (``limit`` maps lane -> room; the statement
 numbers each lane's orphans, oldest first, and keeps that many), so a takeover counts toward
 the lane's cap exactly as a claim does. Ending squatters and hung owners is lane-blind: a
@@ -46,9 +46,9 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
 from runner.events import event
-from runner.ledger import ClaimedRun, Owner
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner
 
 log = logging.getLogger("runner.takeover")
 

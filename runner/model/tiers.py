@@ -13,7 +13,7 @@ alike. Tiers choose by lateness::
 
 ``tiers()`` with no tier gives exactly these four (the defaults to adjust per job).
 
-**What is measured.** The *lateness* of a range of late slots (runner/misfire.py: the
+**What is measured.** The *lateness* of a range of late slots (runner/worker/misfire.py: the
 downtime a runner finds at start, or the slots the loop fell behind on) is how long the job
 has been missing when the duty first decides it: the *expected* time from the range's oldest
 slot to now (runner.expected_spans_v1: tracked, not retired, not paused). A pause is not an
@@ -33,14 +33,14 @@ has no bound (``None``), so every lateness has a tier.
 * ``catch_up``: each slot runs (trigger ``catch_up``), oldest first, one at a time per job
   and partition (as ``misfire="replay"`` runs; the tier's bound is the cap).
 * ``coalesce``: one run per partition covers the whole range (as ``misfire="coalesce"``).
-* ``backfill``: a backfill plan over the range (runner/backfill.py), created through
+* ``backfill``: a backfill plan over the range (runner/actions/backfill.py), created through
   ``runner.tier_backfill_v1`` which calls ``runner.create_backfill_v1``, the function behind
   ``runner backfill``: audited in runner.requests (action ``backfill``, ``who`` the runner's
   tier, ``db_user`` the worker's login), in the tier's ``lane`` (``correction`` unless set;
   ``bulk`` for large historical ones), with its ``concurrency`` (1), ``rate``,
   ``max_failures`` (10) and ``pause_when``. The owner is alerted.
 * ``approve``: each slot held ``awaiting_approval``; nothing runs before a person approves
-  (``runner approve``, runner/approvals.py) or skips it. The owner is alerted.
+  (``runner approve``, runner/actions/approvals.py) or skips it. The owner is alerted.
 
 ``alert`` (a tier option; on by default for ``backfill`` and ``approve``) raises a
 ``misfire_tier`` row in runner.alerts, with the job's owner, while the tier's work is open:
@@ -48,7 +48,7 @@ its plan not finished, or its runs still awaiting approval.
 
 **Side effects.** ``side_effects=True`` (a job that sends mail, calls APIs, pays): before a
 tier that would run slots (``catch_up``, ``coalesce``, ``backfill``) applies, the duty checks
-the job's effect log (runner/effects.py) *slot by slot*. A late slot is held
+the job's effect log (runner/worker/effects.py) *slot by slot*. A late slot is held
 ``awaiting_approval`` instead (action ``approve``, alerted, the effect named in its reason)
 only when its own earlier attempts left an effect of unknown delivery (``sent`` or
 ``unknown``), i.e. a catch-up of *that* slot could repeat what may already have happened: an
@@ -66,7 +66,7 @@ tier.
 
 **A backfill tier's pause condition** (``pause_when``) is evaluated when the tier makes its
 plan, before any run of it can start: as the condition role, on a short connection of its own
-(runner/conditions.py ``evaluate_apart``, as ``runner backfill`` does at creation). True, or
+(runner/worker/conditions.py ``evaluate_apart``, as ``runner backfill`` does at creation). True, or
 failing, and the plan is made paused in the same transaction that made it, its cause recorded
 as every pause records it (``pause_reason`` "pause_when returned true when the plan was
 created" or "pause_when failed when the plan was created: ...", ``pause_cause`` ``condition``
@@ -91,10 +91,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runner import policies
-from runner.schedule import ScheduleError, parse_interval
+from runner.model import policies
+from runner.model.schedule import ScheduleError, parse_interval
 
-# from the registry of misfire policies (runner/policies.py)
+# from the registry of misfire policies (runner/model/policies.py)
 ACTIONS = policies.TIER_ACTIONS
 RUNS = policies.TIER_RUNS  # actions that start runs (checked for side effects)
 _BACKFILL_ONLY = ("lane", "concurrency", "rate", "max_failures", "pause_when")

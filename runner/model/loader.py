@@ -7,8 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from runner.app import Runner
 from runner.errors import JobDefinitionError
+from runner.model.app import Runner
 from runner.settings import ConfigError
 
 

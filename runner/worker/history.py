@@ -65,10 +65,10 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
 from runner.events import event
-from runner.jobs import JobDef
-from runner.ledger import Definition, Owner
+from runner.model.jobs import JobDef
+from runner.store import ledger
+from runner.store.ledger import Definition, Owner
 
 log = logging.getLogger("runner.history")
 

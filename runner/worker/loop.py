@@ -8,7 +8,7 @@ own beyond the stop and wake events: each part owns its state, in runner/worker/
   that holds it for the run's whole attempt), its reconnection, and the database clock;
 * ``claims.ClaimPath``: due slots -> claims -> one claim statement -> the runs won, started;
   shares of slots among the runners serving a job, and stealing the rest;
-* ``budget.Capacity`` and ``budget.InFlight``: the lanes served (runner/lanes.py), each
+* ``budget.Capacity`` and ``budget.InFlight``: the lanes served (runner/worker/lanes.py), each
   lane's cap, and the runs in flight per lane, counted by the loop thread and the completer
   behind one lock;
 * ``executor.Executor``: each lane's handler threads and ``ctx.db`` pool, its event loop for
@@ -16,18 +16,18 @@ own beyond the stop and wake events: each part owns its state, in runner/worker/
   the attempts running here and the advisory-lock holds they own;
 * ``completer.Completer``: one thread with its own connection, recording finished attempts
   in batches and releasing their locks;
-* one module per maintenance duty, each with one shape (runner/duties.py ``Maintenance``: a
+* one module per maintenance duty, each with one shape (runner/worker/duties.py ``Maintenance``: a
   config checked when made, ``run_once()``): ``misfires`` (late slots, decided by their
   job's policy), ``takeover`` (runs whose owner is gone), ``retries`` (due retries and queued
   runs), ``backfill_lane`` (backfill plans), ``beats`` (heartbeats).
 
-Beside the loop, each on a thread and connection of its own (runner/duties.py
-``on_own_connection``): the gap scan's watermarks (runner/gapscan.py), the backfill pause
-conditions (runner/conditions.py: untrusted SQL, never on the lock connection) and retention
-(runner/retention.py). So a process holds at most ``S + max(2, workers // 4) + 5``
+Beside the loop, each on a thread and connection of its own (runner/worker/duties.py
+``on_own_connection``): the gap scan's watermarks (runner/worker/gapscan.py), the backfill pause
+conditions (runner/worker/conditions.py: untrusted SQL, never on the lock connection) and retention
+(runner/actions/retention.py). So a process holds at most ``S + max(2, workers // 4) + 5``
 connections, S the sum of its lanes' slots, however many runs it executes.
 
-Each tick runs the duties (runner/duties.py) in a fixed order written down in
+Each tick runs the duties (runner/worker/duties.py) in a fixed order written down in
 ``Worker._make_duties``: timeouts, fan-out, steal, claims, misfire, then every poll interval
 requeue_waiting, shares, takeover and retries, then backfill plans, beats and the clock. The
 order is also the lanes' priority (realtime > correction > manual > bulk): live slots first,
@@ -45,7 +45,7 @@ waiting.
 
 Shutdown (SIGTERM/SIGINT): stop claiming, tell running handlers (``ctx.stopping``: a handler
 that checkpoints stops at its next checkpoint and its run is *handed off*, recorded at once
-for another runner to resume, runner/checkpoints.py), wait up to ``grace`` seconds for running
+for another runner to resume, runner/worker/checkpoints.py), wait up to ``grace`` seconds for running
 handlers, then *release* the runs still running: each goes back to ``pending`` (trigger ``recovery``,
 the attempt not counted against ``max_attempts``) and its lock is dropped, so another process
 starts it at once.
@@ -61,12 +61,13 @@ from uuid import uuid4
 
 import psycopg
 
-from runner import __version__, conditions, copies, gapscan, history, ledger, pooler, retention
-from runner.duties import Duties, Duty, Maintenance, on_own_connection
+from runner import __version__
+from runner.actions import copies, retention
 from runner.events import event
-from runner.jobs import JobDef, JobSource
-from runner.ledger import ClaimedRun, Owner
-from runner.metrics import Metrics
+from runner.model.jobs import JobDef, JobSource
+from runner.store import ledger, pooler
+from runner.store.ledger import ClaimedRun, Owner
+from runner.worker import conditions, gapscan, history
 from runner.worker.attempts import Attempts
 from runner.worker.backfill_lane import LANE_YIELD as LANE_YIELD
 from runner.worker.backfill_lane import BackfillLane
@@ -78,10 +79,12 @@ from runner.worker.completer import Completer
 from runner.worker.config import LoopConfig as LoopConfig
 from runner.worker.config import connect as connect
 from runner.worker.config import first_line
+from runner.worker.duties import Duties, Duty, Maintenance, on_own_connection
 from runner.worker.executor import LOCK_BUSY as LOCK_BUSY
 from runner.worker.executor import LOCK_BUSY_DELAY as LOCK_BUSY_DELAY
 from runner.worker.executor import LOCK_BUSY_RELEASES as LOCK_BUSY_RELEASES
 from runner.worker.executor import Executor
+from runner.worker.metrics import Metrics
 from runner.worker.misfires import Misfires
 from runner.worker.retries import DueRuns
 from runner.worker.session import LockSession
@@ -131,7 +134,7 @@ class Worker:
         self.beats = Beats(jobs, owner, self.session, self.attempts)
         self.instance_beat = InstanceBeat(config, owner, self.session)
         # a ledger copied from another database or cluster: the source's work held until an
-        # operator adopts it (runner/copies.py)
+        # operator adopts it (runner/actions/copies.py)
         self.copy = copies.Hold(self.session.conn, self._adopted)
         self.duties = self._make_duties()
 
@@ -152,7 +155,7 @@ class Worker:
             raise
         self.copy.check()  # a copy: say it now; the duties of copies.HELD_DUTIES wait for adoption
         # the schedule history is appended only if no live runner runs the definition it
-        # holds (runner/history.py); each job's definition is recorded with this instance
+        # holds (runner/worker/history.py); each job's definition is recorded with this instance
         definitions: dict[str, ledger.Definition] = {}
         tracked = ledger.sync_jobs(conn, list(self.jobs.values()),
                                    retention_default=self.config.retention_default,
@@ -167,7 +170,7 @@ class Worker:
         self.session.measure_offset()
         self.executor.open(self.capacity.served.lanes)
         self.completer.start()
-        # beside the loop, each on a thread and connection of its own (runner/duties.py)
+        # beside the loop, each on a thread and connection of its own (runner/worker/duties.py)
         url, stop, failed = self.url, self._stop, self._duty_failed
         on_own_connection("gapscan", lambda: connect(url), gapscan.Advancer(stop), stop,
                           self.config.watermark_interval, on_failure=failed)
@@ -208,7 +211,7 @@ class Worker:
                     try:
                         self.session.reconnect(self.attempts)
                     except pooler.PoolerRefused as refused:
-                        # the URL now leads to a transaction pool (runner/pooler.py): no lock
+                        # the URL now leads to a transaction pool (runner/store/pooler.py): no lock
                         # would hold there; the process stops (runs released, as at shutdown)
                         log.error("%s; stopping", refused)
                         raise
@@ -251,7 +254,7 @@ class Worker:
         return self.session.now()
 
     def _make_duties(self) -> Duties:
-        """The tick's duties, in the order they see the ledger (runner/duties.py: each has its
+        """The tick's duties, in the order they see the ledger (runner/worker/duties.py: each has its
         own cadence and error boundary; a failing duty is retried, the others go on):
 
         1. ``timeouts``: give up handlers past their timeout, so their capacity is known;
@@ -266,22 +269,22 @@ class Worker:
            in correction, approvals in manual, lane by lane under each lane's per-process
            slots and fleet budget), so recovery takes capacity first;
         7. ``lane``: backfill plans (bulk, or the plan's lane), last (runner/worker/backfill_lane.py).
-        Lanes (runner/lanes.py): each served lane has its own handler slots, so these duties
+        Lanes (runner/worker/lanes.py): each served lane has its own handler slots, so these duties
         order the claims (realtime > correction > manual > bulk) without one lane taking
         another's threads; while live claims wait here, no other lane claims anything;
-        While the ledger is a copy not yet adopted (runner/copies.py), the misfire, takeover,
+        While the ledger is a copy not yet adopted (runner/actions/copies.py), the misfire, takeover,
         retries and lane duties do nothing: the source's work waits for an operator;
         8. ``beats``, ``instance_beat``, ``copy`` (while held, the ledger's identity read again
            every few seconds), ``history`` (every instance heartbeat), ``clock``:
            liveness, this runner's schedule definitions re-asserted in the history
-           (runner/history.py), the database clock's offset;
+           (runner/worker/history.py), the database clock's offset;
         9. ``prepare``: while idle, the claims of slots due within PREPARE_AHEAD.
         """
         poll = self.config.poll_interval
         claims = self.claims
 
         def held(service: Maintenance) -> Duty:
-            # nothing while the ledger is an unadopted copy (runner/copies.py)
+            # nothing while the ledger is an unadopted copy (runner/actions/copies.py)
             assert service.name in copies.HELD_DUTIES, service.name
             return Duty(service.name, self.copy.guard(service.run_once), service.every)
 
@@ -300,7 +303,7 @@ class Worker:
             Duty.of(self.instance_beat),
             Duty.of(self.copy),
             # this runner's schedule definitions back in the history once no live runner runs
-            # the one it holds (runner/history.py)
+            # the one it holds (runner/worker/history.py)
             Duty("history", self._reassert_history, every=self.config.instance_heartbeat),
             Duty("clock", self.session.measure_offset, every=CLOCK_EVERY),
             Duty("prepare", claims.prepare),

@@ -61,10 +61,11 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, operate
-from runner.jobs import LANE_NAME
-from runner.operate import OperatorError
+from runner.actions import operate
+from runner.actions.operate import OperatorError
+from runner.model.jobs import LANE_NAME
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("lanes")
 

@@ -1,7 +1,7 @@
 """The loop's duties: named units of work, each with its own cadence and error boundary.
 
 A runner's tick is a fixed, explicit sequence of duties (see ``Worker._make_duties`` in
-runner/loop.py for the order and why it is that order). Each duty is a function of no
+runner/worker/loop.py for the order and why it is that order). Each duty is a function of no
 arguments with a cadence: every tick, or at most every so many seconds (monotonic clock),
 and it can be asked to run on the next tick (``soon``). One duty's failure never stops the
 others:

@@ -13,7 +13,7 @@ An ``async def`` handler (``job.is_async``) is awaited by ``execute_async`` on t
 event loop (runner/aio.py), with the same outcome rules: its ``ctx.db`` is an AsyncConnection
 whose transaction records the success, fence-checked, and commits or rolls back the same way.
 
-A handler that raises ``HandedOff`` (runner/checkpoints.py: its runner is shutting down and
+A handler that raises ``HandedOff`` (runner/worker/checkpoints.py: its runner is shutting down and
 its work up to its last checkpoint is committed) ends with the run released, uncounted and
 due at once, the attempt recorded ``handed_off``.
 
@@ -36,13 +36,13 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from runner import ledger
-from runner.checkpoints import HandedOff
 from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import AttemptTimedOut, HandlerReturnedAwaitable, LostOwnership, error_text
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Outcome
+from runner.model.jobs import JobDef
 from runner.settings import redact
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Outcome
+from runner.worker.checkpoints import HandedOff
 
 log = logging.getLogger("runner.attempt")
 
@@ -113,7 +113,7 @@ def failure(run: ClaimedRun, job: JobDef, exc: BaseException, ctx: RunContext | 
 
 def handed_off(run: ClaimedRun, exc: HandedOff) -> Outcome:
     """The outcome of an attempt that stopped at a committed checkpoint because its runner is
-    shutting down (runner/checkpoints.py): the run is released, due at once and uncounted,
+    shutting down (runner/worker/checkpoints.py): the run is released, due at once and uncounted,
     and the attempt is recorded ``handed_off``."""
     error_class, message = error_text(exc)
     return Outcome(run.id, run.fence, "released", attempt_status="handed_off",

@@ -1,8 +1,8 @@
-"""The registry of misfire policies: one entry per way the misfire duty (runner/misfire.py)
+"""The registry of misfire policies: one entry per way the misfire duty (runner/worker/misfire.py)
 decides a late slot, and the one source of every list of their names.
 
 Each entry says how the policy is named where a user writes it -- ``misfire="..."`` on a job
-(``policy``), an action of ``tiers(...)`` (``tier_action``, runner/tiers.py), or both --
+(``policy``), an action of ``tiers(...)`` (``tier_action``, runner/model/tiers.py), or both --
 whether its decisions start runs (``runs``: a job with ``side_effects=True`` checks its
 effect log before such a tier applies), and whether a tier with this action alerts the owner
 unless told otherwise (``alert``). Adding a policy is one entry here, plus its branch in

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner import verification
 from runner.errors import JobDefinitionError
-from runner.jobs import (
+from runner.model.jobs import (
     LANE_NAME,
     MISFIRE_POLICIES,
     OVERLAP_POLICIES,
@@ -27,14 +27,14 @@ from runner.jobs import (
     _partition_keys,
     parse_retention,
 )
-from runner.schedule import ScheduleError, parse_interval, parse_schedule
-from runner.tiers import MisfireTiers, TierError, tiers
+from runner.model.schedule import ScheduleError, parse_interval, parse_schedule
+from runner.model.tiers import MisfireTiers, TierError, tiers
 from runner.verification import Kind
 
 if TYPE_CHECKING:
-    from runner.inprocess import InProcessRunner
+    from runner.worker.inprocess import InProcessRunner
 
-# the job model lives below the process (runner/jobs.py); its names stay importable here
+# the job model lives below the process (runner/model/jobs.py); its names stay importable here
 __all__ = ["LANE_NAME", "Backoff", "JobDef", "Retention", "Runner", "is_async_handler", "parse_retention"]
 
 _MAX_NAME = 200
@@ -93,8 +93,8 @@ class Runner:
                 metrics_port: int | None = None) -> InProcessRunner:
         """This app's runner inside the application: ``with app.running(url):`` or ``async
         with app.running(url):`` (an ASGI lifespan). The options are ``runner start``'s;
-        see runner/inprocess.py."""
-        from runner.inprocess import InProcessRunner
+        see runner/worker/inprocess.py."""
+        from runner.worker.inprocess import InProcessRunner
 
         return InProcessRunner(self, database_url, workers=workers, max_inflight=max_inflight,
                                poll_interval=poll_interval, grace=grace, async_workers=async_workers,
@@ -353,7 +353,7 @@ class Runner:
 
 def _check_misfire(job: str, value: object) -> tuple[str, MisfireTiers | None]:
     """A single policy (a name of MISFIRE_POLICIES), or tiers: ``tiers(...)`` or the list of
-    its items (runner/tiers.py)."""
+    its items (runner/model/tiers.py)."""
     if isinstance(value, str):
         if value not in MISFIRE_POLICIES:
             raise JobDefinitionError(

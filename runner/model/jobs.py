@@ -1,6 +1,6 @@
 """What a job is: ``JobDef`` (one validated definition), its ``Backoff`` and ``Retention``, and
 ``JobSource``, what the runner's process and the operator reads need of an application (its
-jobs by name). ``Runner`` (runner/app.py) builds these from ``@app.job(...)``; everything that
+jobs by name). ``Runner`` (runner/model/app.py) builds these from ``@app.job(...)``; everything that
 runs or reads jobs (the worker, the ledger, the duties) depends on this module, not on
 ``Runner``, so the model sits below the process that ``Runner.running()`` starts.
 """
@@ -14,20 +14,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeAlias
 
-from runner import policies
 from runner.errors import JobDefinitionError, Permanent
-from runner.schedule import Schedule, ScheduleError, parse_interval
-from runner.tiers import MisfireTiers
+from runner.model import policies
+from runner.model.schedule import Schedule, ScheduleError, parse_interval
+from runner.model.tiers import MisfireTiers
 from runner.verification import Kind
 
 # called with a runner.JobContext (runner/context.py, which builds on this module: so the
 # alias names no type from it)
 Handler: TypeAlias = Callable[[Any], object]
 PartitionsFn: TypeAlias = Callable[[datetime], Iterable[object]]
-# a results check (runner/backfill.py): (conn, window_start, window_end, partition) -> outcome
+# a results check (runner/actions/backfill.py): (conn, window_start, window_end, partition) -> outcome
 VerifyFn: TypeAlias = Callable[[Any, datetime, datetime, str], object]
 
-MISFIRE_POLICIES = policies.SINGLE  # the registry (runner/policies.py)
+MISFIRE_POLICIES = policies.SINGLE  # the registry (runner/model/policies.py)
 OVERLAP_POLICIES = ("allow", "skip", "wait")
 LANE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # runner.lanes (revision 0011_lanes)
 
@@ -123,8 +123,8 @@ class JobDef:
     max_catch_up_age: timedelta | None = None
     stale_after: timedelta | None = None  # runner.alerts: no success for longer than this
     overlap: str = "allow"
-    lane: str = "realtime"  # the lane of its live slots (runner/lanes.py)
-    # a results check: callable or SQL (runner/backfill.py), or verification kinds
+    lane: str = "realtime"  # the lane of its live slots (runner/worker/lanes.py)
+    # a results check: callable or SQL (runner/actions/backfill.py), or verification kinds
     # (runner/verification.py), of which min_passing must pass
     verify: VerifyFn | str | tuple[Kind, ...] | None = None
     min_passing: int | None = None
@@ -132,7 +132,7 @@ class JobDef:
     retention: Retention | None = None  # None: the runner's --retention-default, else never pruned
     options: dict[str, Any] = field(default_factory=dict)
     is_async: bool = False  # an async def handler: awaited on the runner's event loop
-    misfire_tiers: MisfireTiers | None = None  # misfire=tiers(...) (runner/tiers.py)
+    misfire_tiers: MisfireTiers | None = None  # misfire=tiers(...) (runner/model/tiers.py)
 
     @property
     def dynamic_partitions(self) -> bool:

@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from runner.errors import JobRetired
-from runner.jobs import JobDef, Retention
+from runner.model.jobs import JobDef, Retention
 from runner.sqlfiles import queries
 
 Q = queries("ledger")
@@ -75,7 +75,7 @@ class ClaimedRun:
     idempotency_key: str
     uncounted_attempts: int
     locked: bool
-    lane: str = "realtime"  # the lane the run belongs to (runner/lanes.py)
+    lane: str = "realtime"  # the lane the run belongs to (runner/worker/lanes.py)
 
     @property
     def counted_attempts(self) -> int:
@@ -98,7 +98,7 @@ class Outcome:
     processed: int | None = None
     failed: int | None = None
     # a failed attempt's redacted, bounded traceback and the handler's last ctx.heartbeat()
-    # (runner/attempt.py: failure); kept on the attempt row only (revision 0008_watch)
+    # (runner/worker/attempt.py: failure); kept on the attempt row only (revision 0008_watch)
     traceback: str | None = None
     last_heartbeat: dict[str, Any] | None = None
 
@@ -139,7 +139,7 @@ def ledger_copy(conn: psycopg.Connection[Any]) -> str | None:
 
 @dataclass(frozen=True)
 class Definition:
-    """What ``runner.sync_schedule_v1`` answered for one job's schedule (runner/history.py):
+    """What ``runner.sync_schedule_v1`` answered for one job's schedule (runner/worker/history.py):
     this definition's fingerprint and label, the fingerprint the history holds now, whether
     this call appended it (and from when), and the live runners holding another definition
     when it was not written."""
@@ -178,7 +178,7 @@ def schedule_params(job: JobDef) -> dict[str, Any]:
 def sync_schedule(conn: psycopg.Connection[Any], job: JobDef, instance: UUID | None = None,
                   reassert: bool = False, fresh_for: float = 15.0,
                   now: datetime | None = None) -> Definition | None:
-    """One call of ``runner.sync_schedule_v1`` (runner/history.py); None when the job is gone
+    """One call of ``runner.sync_schedule_v1`` (runner/worker/history.py); None when the job is gone
     or retired."""
     row = conn.execute(Q["sync_schedule"], {**schedule_params(job), "instance": instance,
                                             "reassert": reassert, "fresh_for": fresh_for,
@@ -204,7 +204,7 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
     operator retired (runner retire) raises ``JobRetired`` and nothing is written. A job
     without ``retention=`` gets ``retention_default`` (None: never pruned).
 
-    The schedule history is written by ``runner.sync_schedule_v1`` (runner/history.py: a
+    The schedule history is written by ``runner.sync_schedule_v1`` (runner/worker/history.py: a
     definition is appended only when no live runner runs the one the history holds);
     ``definitions``, when given, receives its answer for each job (``instance``: the runner
     starting, which is not yet registered)."""
@@ -237,7 +237,7 @@ def sync_jobs(conn: psycopg.Connection[Any], jobs: Sequence[JobDef],
             keep = job.retention or retention_default
             if keep is not None:  # applied by runner.prune_v1 (sql/functions/prune_v1.sql)
                 options["retention"] = keep.as_options()
-            if job.misfire_tiers is not None:  # applied by runner/misfire.py, runner.tier_backfill_v1
+            if job.misfire_tiers is not None:  # applied by runner/worker/misfire.py, runner.tier_backfill_v1
                 options["misfire_tiers"] = job.misfire_tiers.as_options()
             params = {
                 **schedule_params(job),

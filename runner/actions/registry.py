@@ -7,12 +7,12 @@ An action is a name, a title, its parameters, and three functions:
 * ``shown(plan, params)`` is its *impact*: what the operator is shown before confirming, a
   JSON-able dict with ``refusal`` (a line) when the action may not proceed;
 * ``act(ctx, plan, params, who, reason)`` does it: one call of the action's audited database
-  function (runner/operate.py, approvals.py, backfill.py, lanes.py: they write the change
+  function (runner/actions/operate.py, approvals.py, backfill.py, lanes.py: they write the change
   and its ``runner.requests`` row with ``who`` and ``reason`` in one transaction), and
   returns what changed (with ``request``).
 
 ``prune`` is the one action that is not audited: it applies the retention policy stored in
-the ledger (runner.prune_v1, runner/retention.py), takes no reason on the CLI and writes no
+the ledger (runner.prune_v1, runner/actions/retention.py), takes no reason on the CLI and writes no
 ``runner.requests`` row; its impact is its dry run.
 
 The CLI (runner/cli.py) keeps its hand-written Typer declarations (help texts, options) and
@@ -36,9 +36,10 @@ from typing import Any
 
 import psycopg
 
-from runner import approvals, backfill, bulk, copies, lanes, operate, retention
-from runner.app import LANE_NAME, JobDef, Runner
-from runner.operate import OperatorError
+from runner.actions import approvals, backfill, bulk, copies, operate, retention
+from runner.actions.operate import OperatorError
+from runner.model.app import LANE_NAME, JobDef, Runner
+from runner.worker import lanes
 
 log = logging.getLogger("runner.actions")
 

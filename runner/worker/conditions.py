@@ -80,9 +80,9 @@ from typing import Any
 import psycopg
 from psycopg.pq import ExecStatus
 
-from runner import ledger
 from runner.errors import error_text
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.conditions")
 Q = queries("conditions")

@@ -300,7 +300,7 @@ def _init(bin_dir: Path, pgdata: Path, password_file: Path, log_file: Path,
     if done.returncode != 0:
         raise ConfigError(f"initdb failed for the embedded PostgreSQL in {pgdata} (see {log_file})")
     with open(pgdata / "postgresql.conf", "a") as conf:
-        conf.write("\n# the embedded server of runner (runner/embedded.py): private to its account\n"
+        conf.write("\n# the embedded server of runner (runner/store/embedded.py): private to its account\n"
                    "listen_addresses = ''\n"
                    "unix_socket_permissions = 0700\n"
                    "password_encryption = 'scram-sha-256'\n")

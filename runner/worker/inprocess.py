@@ -43,13 +43,13 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from runner import migrate
-from runner.metrics import Metrics
 from runner.settings import ConfigError, choose_database, lock_namespace, redact
+from runner.store import migrate
+from runner.worker.metrics import Metrics
 
 if TYPE_CHECKING:
-    from runner.jobs import JobSource
-    from runner.loop import Worker
+    from runner.model.jobs import JobSource
+    from runner.worker.loop import Worker
 
 log = logging.getLogger("runner.inprocess")
 
@@ -63,7 +63,7 @@ class InProcessRunner:
     def __init__(self, app: JobSource, database_url: str | None = None, *, workers: int = 10,
                  max_inflight: int = 0, poll_interval: float = 1.0, grace: float = 30.0,
                  async_workers: int = 0, metrics_port: int | None = None) -> None:
-        from runner.loop import LoopConfig
+        from runner.worker.loop import LoopConfig
 
         if not app.jobs:
             raise ConfigError("the app registers no jobs")
@@ -84,7 +84,7 @@ class InProcessRunner:
 
     def start(self) -> None:
         """Connect, check the schema, register and start the loop thread."""
-        from runner.loop import Worker, connect
+        from runner.worker.loop import Worker, connect
 
         if self._entered:
             raise RuntimeError("this in-process runner was started already; make a new one")
@@ -111,11 +111,11 @@ class InProcessRunner:
         choice = choose_database(self._database_url)
         if choice is not None:
             return choice.url
-        from runner.embedded import embedded_url
+        from runner.store.embedded import embedded_url
 
         log.warning("no database configured (database_url, RUNNER_DATABASE_URL, DATABASE_URL); "
                     "using the embedded PostgreSQL in ./.runner/")
-        from runner.loop import connect
+        from runner.worker.loop import connect
 
         url = embedded_url()
         with connect(url) as check:

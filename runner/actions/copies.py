@@ -20,7 +20,7 @@ not peers either way: a runner's lock session must be connected to this database
 (runner.runner_sessions_v1 and the ``live_instances`` statement check ``datname``).
 
 An operator ends the hold with ``runner db adopt --reason R`` (or the console's ``adopt``
-action: one registry, runner/actions.py): ``runner.adopt_ledger_v1`` records the current
+action: one registry, runner/actions/registry.py): ``runner.adopt_ledger_v1`` records the current
 identity, marks the source's instance rows stopped and writes the ``runner.requests`` row in
 one transaction. Runners re-read the identity every ``RECHECK`` seconds while they hold, so
 they go on within that long; a ledger found not copied at start is never read again (a
@@ -39,10 +39,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from runner import ledger
+from runner.actions.operate import OperatorError, call_action, checked_text, default_who, get_request
 from runner.events import event
-from runner.operate import OperatorError, call_action, checked_text, default_who, get_request
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.copies")
 
@@ -50,7 +50,7 @@ Q = queries("copies")
 
 RECHECK = 5.0  # seconds between two reads of the identity while a runner holds
 
-# the loop's duties a copy holds until adopted (runner/loop.py names them)
+# the loop's duties a copy holds until adopted (runner/worker/loop.py names them)
 HELD_DUTIES = ("misfire", "takeover", "retries", "lane")
 
 
@@ -99,7 +99,7 @@ class Hold:
         return guarded
 
 
-# -- runner db adopt (runner/actions.py registers it) ---------------------------------------
+# -- runner db adopt (runner/actions/registry.py registers it) ---------------------------------------
 
 
 @dataclass(frozen=True)

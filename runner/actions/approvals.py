@@ -1,8 +1,8 @@
 """Approvals: an operator decides the runs held as ``awaiting_approval`` (misfire="manual",
-or misfire="replay" beyond its caps, or a misfire tier that approves: runner/tiers.py), on the
+or misfire="replay" beyond its caps, or a misfire tier that approves: runner/model/tiers.py), on the
 named SQL of ``sql/queries/approvals.sql``.
 
-Same shape as every operator action (runner/operate.py): ``plan`` reads the held runs of the
+Same shape as every operator action (runner/actions/operate.py): ``plan`` reads the held runs of the
 selection (one slot, a range ``[from, to)``, or all of the job's; optionally one partition),
 the operator sees them and confirms, then ``decide`` changes them with one
 ``runner.requests`` row listing every run it touched, before and after, in one call of
@@ -24,9 +24,10 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger, operate
-from runner.operate import OperatorError, default_who
+from runner.actions import operate
+from runner.actions.operate import OperatorError, default_who
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("approvals")
 

@@ -1,7 +1,7 @@
 """The operator's side: ``runner status``, ``rerun``, ``pause``, ``resume``, ``retire`` and
 ``unretire`` without the parsing and printing (that is runner/cli.py), on the named SQL of
 ``sql/queries/operate.sql``. The actions among them are registered, with their parameters
-and impact, in runner/actions.py, which the CLI and the console dispatch through.
+and impact, in runner/actions/registry.py, which the CLI and the console dispatch through.
 
 Every change an operator makes follows one shape: a *plan* reads what the action would touch
 (shown to the operator, who confirms), then one call of the action's database function
@@ -43,10 +43,10 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from runner import ledger
-from runner.jobs import JobDef, JobSource
-from runner.schedule import Schedule
+from runner.model.jobs import JobDef, JobSource
+from runner.model.schedule import Schedule
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("operate")
 
@@ -257,7 +257,7 @@ def rerun(conn: psycopg.Connection[Any], plan: RerunPlan, reason: str, who: str 
           force: bool = False, now: datetime | None = None, resume: bool = False) -> dict[str, Any]:
     """Queue the planned run for a new attempt (trigger manual), with its request row, in one
     transaction. The new attempt starts from scratch (the run's checkpoint state cleared), or
-    with ``resume`` from the run's last checkpoint (runner/checkpoints.py). Returns
+    with ``resume`` from the run's last checkpoint (runner/worker/checkpoints.py). Returns
     {"request": ..., "run": ...}."""
     if plan.refusal:
         raise OperatorError(plan.refusal)

@@ -19,8 +19,8 @@ from typing import Any
 
 import psycopg
 
-from runner import ledger
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 Q = queries("audit")
 

@@ -19,7 +19,7 @@ So a backfill never makes a second run for a slot x partition: it reuses the run
 key (slot, partition, window, idempotency key). The dry run shows the same impact and writes
 nothing.
 
-**Checkpoints** (issue 33, runner/checkpoints.py). A run queued again starts from scratch:
+**Checkpoints** (issue 33, runner/worker/checkpoints.py). A run queued again starts from scratch:
 its checkpoint state is cleared when the plan is written, so its next attempt's
 ``ctx.resume`` is None; with ``Spec.resume`` (``runner backfill --resume``) the state is kept
 and the next attempt continues from it (retries within the plan resume either way, as every
@@ -29,7 +29,7 @@ the runs queued again, those with a checkpoint first, each with where it starts
 (``BackfillPlan.starts``).
 
 **The lane.** A plan's runs belong to its lane (``Spec.lane``, ``bulk`` by default;
-runner/lanes.py: the old tags ``backfill`` and ``catch_up`` read as bulk and correction). Runs of
+runner/worker/lanes.py: the old tags ``backfill`` and ``catch_up`` read as bulk and correction). Runs of
 a plan that is not finished are never claimed by the loop's ``claim_due_runs``; ``run_once``
 (called by every ``runner start`` loop that serves the plan's lane, once per poll, after the
 slots, takeovers and retries of that tick, within the lane's free handler slots on that
@@ -63,7 +63,7 @@ and never started (a forced success, a skipped or coalesced run) as they were (d
 
 A plan also pauses when the operator's ``pause_when`` condition returns true or fails. That
 condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
-on a connection and thread of its own, as the condition role (runner/conditions.py), which
+on a connection and thread of its own, as the condition role (runner/worker/conditions.py), which
 pauses the plan; the lane only sees the plan paused. It is also evaluated, the same way and
 on a connection of its own, when the plan is created (an error refuses the plan).
 
@@ -102,12 +102,15 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from runner import conditions, lanes, ledger, operate, verification
-from runner.jobs import JobDef
-from runner.ledger import ClaimedRun, Owner
-from runner.operate import OperatorError, default_who
-from runner.schedule import idempotency_key
+from runner import verification
+from runner.actions import operate
+from runner.actions.operate import OperatorError, default_who
+from runner.model.jobs import JobDef
+from runner.model.schedule import idempotency_key
 from runner.sqlfiles import queries
+from runner.store import ledger
+from runner.store.ledger import ClaimedRun, Owner
+from runner.worker import conditions, lanes
 
 log = logging.getLogger("runner.backfill")
 Q = queries("backfill")
@@ -146,7 +149,7 @@ class Spec:
     range_from: datetime
     range_to: datetime
     partitions: tuple[str, ...] = ()  # empty: the job's own
-    lane: str = "bulk"  # runner/lanes.py
+    lane: str = "bulk"  # runner/worker/lanes.py
     concurrency: int = 1
     rate: float | None = None  # runs started per second; None: unlimited
     max_failures: int | None = 10
@@ -355,7 +358,7 @@ def clamp_to_now(spec: Spec, now: datetime) -> tuple[Spec, bool]:
 def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
          prometheus_url: str | None = None, now: datetime | None = None) -> BackfillPlan:
     """What a backfill would touch (reads only: this is the dry run). ``prometheus_url``: where
-    a Prometheus pause condition is asked (runner/conditions.py). A range reaching past now
+    a Prometheus pause condition is asked (runner/worker/conditions.py). A range reaching past now
     (the database's clock, or ``now``) is clamped to it: the plan's ``clamped`` says so in one
     line, and its spec ends at now (issue 26, defect 1: a slot is never run before its
     instant; the later ones run at their time)."""

@@ -14,7 +14,7 @@ grows without bound:
   ledger knows: retired jobs included, as many as were ever defined);
 * ``trigger``: six values (schedule catch_up retry recovery manual backfill);
 * ``status``: the attempt outcomes of ``STATUSES`` (seven values);
-* ``duty``: the loop's duty names (a dozen, fixed in runner/loop.py);
+* ``duty``: the loop's duty names (a dozen, fixed in runner/worker/loop.py);
 * ``plan``: at most ``MAX_PLANS`` backfill plans at a time (below), with ``cause`` (five
   values) and the plan ``status`` (six values).
 
@@ -51,9 +51,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runner import ledger
-from runner.schedule import Schedule
+from runner.model.schedule import Schedule
 from runner.sqlfiles import queries
+from runner.store import ledger
 
 log = logging.getLogger("runner.metrics")
 Q = queries("metrics")
@@ -93,7 +93,7 @@ class Metrics:
         self.duty_failures = Counter("runner_duty_failures", "Loop duties that failed (retried)", ["duty"],
                                      registry=r)
         self.inflight = Gauge("runner_inflight_runs", "Runs claimed and not yet finished", registry=r)
-        # fenced checkpoints (issue 33, runner/checkpoints.py)
+        # fenced checkpoints (issue 33, runner/worker/checkpoints.py)
         self.checkpoints = Counter("runner_checkpoints",
                                    "Checkpoints committed by handlers (ctx.checkpoint)", ["job_name"],
                                    registry=r)

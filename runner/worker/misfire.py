@@ -28,7 +28,7 @@ nor ruled again by the lateness it has by then. Two runners that find the same d
 share its row and its ruling (the first to write it wins). What is not kept: the unsettled
 effects a ``side_effects=True`` ruling read (read again when a range is resumed). Policies:
 
-The policies are registered in runner/policies.py (one entry each):
+The policies are registered in runner/model/policies.py (one entry each):
 
 * ``skip``: each late slot × partition is recorded ``skipped``, with the reason.
 * ``coalesce`` (the default): one run per partition, at the range's newest slot, whose
@@ -62,7 +62,7 @@ This module never re-derives a pause or a retirement itself. So:
 * a range's newest expected slot, where a coalesce runs, and the slots a replay runs are
   fixed on its first pass (again when the loop extends the range).
 
-Partitions come from the slot's fan-out (runner/fanout.py): static ones, or the set a
+Partitions come from the slot's fan-out (runner/worker/fanout.py): static ones, or the set a
 dynamic job recorded when the slot was first fanned out (computed and recorded here if it
 never was). A slot whose fan-out fails is recorded as such and shows in the gap scan.
 
@@ -72,7 +72,7 @@ a time and oldest first), which the backfill lane executes and, once done, check
 job's ``verify`` over the replayed range, recording the outcome on the plan
 (``runner backfill show``).
 
-A job with ``misfire=tiers(...)`` (runner/tiers.py) has its policy chosen per range, by the
+A job with ``misfire=tiers(...)`` (runner/model/tiers.py) has its policy chosen per range, by the
 range's lateness (how long the job has been missing -- expected, not paused or retired, time --
 since the range's oldest slot when the range is first decided, fixed for the whole range):
 ``skip``, ``catch_up`` (every slot, as replay runs them), ``coalesce`` and
@@ -81,7 +81,7 @@ it hands the range's slot x partitions that have no run, under the same row lock
 ``runner.tier_backfill_v1``, which creates one audited plan over them (at most
 ``TIER_PLAN_BATCH`` runs a plan), made paused when the tier's ``pause_when`` holds at that
 moment. With ``side_effects=True``, the late slots whose own earlier attempts left effects of
-unknown delivery are held for approval slot by slot (``Ruling.held_for``, runner/tiers.py
+unknown delivery are held for approval slot by slot (``Ruling.held_for``, runner/model/tiers.py
 says what concerns a slot), before the tier decides the others. Each decided row also gets
 its ``runner.misfire_decisions`` row (tier, action, lateness, reason), in the same
 transaction.
@@ -101,13 +101,14 @@ from typing import Any
 
 import psycopg
 
-from runner import conditions, policies
 from runner.events import event
-from runner.fanout import plan_slot
-from runner.jobs import JobDef
-from runner.schedule import idempotency_key
+from runner.model import policies
+from runner.model.jobs import JobDef
+from runner.model.schedule import idempotency_key
+from runner.model.tiers import RUNS, Tier
 from runner.sqlfiles import queries
-from runner.tiers import RUNS, Tier
+from runner.worker import conditions
+from runner.worker.fanout import plan_slot
 
 log = logging.getLogger("runner.misfire")
 Q = queries("misfire")
@@ -430,7 +431,7 @@ def _expected(conn: psycopg.Connection[Any], job: JobDef, first: datetime, last:
               now: datetime) -> list[datetime]:
     """The job's expected slots in [first, last], oldest first: runner.expected_slots_v1
     (tracked, not retired, not paused, due), the one definition; never re-derived here."""
-    # in UTC, as runner/schedule.py gives slots (the session's zone is the caller's: a window
+    # in UTC, as runner/model/schedule.py gives slots (the session's zone is the caller's: a window
     # callable must see the same datetime either way)
     return [r[0].astimezone(UTC) for r in conn.execute(Q["expected_slots"], {
         "job_name": job.name, "first": first, "last": last, "now": now}).fetchall()]
