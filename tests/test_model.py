@@ -241,6 +241,10 @@ class Runners:
             self.exits.append((i, code, proc.output()[-3000:]))
 
     def registered(self) -> bool:
+        # a runner that a handler's one-shot crash ended meanwhile is started again (long tier
+        # seed 1752116937, example 10: the new version's first runner crashed on its first
+        # claim during a rollout, and the rollout waited a minute for it to register)
+        self.supervise()
         return all(scalar(self.url, REGISTERED, (self.pid(i),)) == 1 for i in self.live())
 
     def shutdown(self) -> None:
