@@ -86,6 +86,13 @@ def add_option(parser: argparse.ArgumentParser) -> None:
 def command_line(argv: list[str] | None = None) -> str:
     """The command as typed from the repository's root: `python scripts/bench/x.py ...`."""
     argv = list(sys.argv if argv is None else argv)
+    for i, arg in enumerate(argv):  # where the figures were written is not how they were measured
+        if arg == "--record":
+            del argv[i:i + 2]
+            break
+        if arg.startswith("--record="):
+            del argv[i]
+            break
     script = Path(argv[0]).resolve()
     shown = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else argv[0]
     return shlex.join(["python", shown, *argv[1:]])
@@ -99,7 +106,8 @@ def make(question: str, measured: str, unit: str, figures: list[dict[str, Any]],
         "command": command_line(argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load": {"start": _LOAD_AT_IMPORT, "end": [round(x, 2) for x in os.getloadavg()]},
         "transcribed": False, **extra,
-        "figures": [{"label": str(f["label"]), "values": {k: _number(v) for k, v in f["values"].items()}}
+        "figures": [{"label": str(f["label"]), "values": {k: _number(v) for k, v in f["values"].items()},
+                     **{k: v for k, v in f.items() if k not in ("label", "values")}}  # e.g. the samples
                     for f in figures],
     }
     check(record, f"<{question} record>")
@@ -153,8 +161,10 @@ def check(record: Any, where: str) -> None:
         raise RecordError(f"{where}: no figure has {wanted[0]}, the value its chart plots")
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any) -> int | float | None:
     if value is None or isinstance(value, str):
         return None  # e.g. web_latency.py's "HTTP 500" for a page that failed
+    if isinstance(value, int):
+        return value
     number = float(value)
     return None if math.isnan(number) else round(number, 3)
