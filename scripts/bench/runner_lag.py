@@ -59,7 +59,7 @@ def pct(values: list[float], p: float) -> float:
 def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int, inflight: int = 0,
             is_async: bool = False) -> dict[str, Any]:
     info = psycopg.conninfo.conninfo_to_dict(admin)
-    name = f"bench_runner_lag_{jobs}"
+    name = f"bench_runner_lag_{jobs}_{os.getpid()}"  # two sessions on one server do not collide
     url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
