@@ -59,6 +59,9 @@ def test_every_question_of_the_page_has_its_chart_and_its_data() -> None:
         script = record["command"].split()[record["command"].split().index("python") + 1]
         assert Path(script).name == benchrecord.QUESTIONS[name].script, f"{name}.json: made by {script}"
         assert "```mermaid" not in body, f"{heading!r}: a hand-written chart; charts come from charts.py"
+        if name in charts.COLUMNS or name in charts.ROWS:
+            assert "|---" not in body, f"{heading!r}: a hand-written table; charts.py renders this one"
+            assert "|---" in charts.table(record)[1]
 
 
 def test_every_script_behind_a_question_takes_record() -> None:
