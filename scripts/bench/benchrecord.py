@@ -56,7 +56,7 @@ QUESTIONS: dict[str, Question] = {
         ("p99_ms", "entered_p99_ms")),
     "wide": Question(
         "How fast does a wide instant start?", "wide_instants.py",
-        "10,000 runs due at one instant, ms (bars: p99; line: max)", "ms", ("p99_ms", "max_ms")),
+        "Start lag of the runs due at one instant, ms (bars: p99; line: max)", "ms", ("p99_ms", "max_ms")),
     "gapscan": Question(
         "Does the gap scan cost grow with the ledger?", "scan_variants.py",
         "Gap scan by ledger size, ms", "ms", ("scan_ms",)),
@@ -159,6 +159,11 @@ def check(record: Any, where: str) -> None:
     wanted = QUESTIONS[question].plot
     if not any(row["values"].get(wanted[0]) is not None for row in figures):
         raise RecordError(f"{where}: no figure has {wanted[0]}, the value its chart plots")
+
+
+def size_label(rows: int) -> str:
+    """A ledger's size as the page writes it: 1M, 30M, 50k."""
+    return f"{rows / 1e6:.3g}M" if rows >= 1_000_000 else f"{rows / 1e3:.3g}k"
 
 
 def _number(value: Any) -> int | float | None:

@@ -301,7 +301,7 @@ def record(results: list[dict[str, Any]]) -> dict[str, Any]:
     for r in results:
         size = sum(r[t][part] for t in ("runs_bytes_per_m", "attempts_bytes_per_m") for part in ("table", "indexes"))
         recipes = {f"recipe_{n}_s": s for n, s in r["recipes_s"].items()}
-        rows.append({"label": f"{r['rows'] / 1e6:g}M", "values": {
+        rows.append({"label": benchrecord.size_label(r["rows"]), "values": {
             "rows": r["rows"], "days": r["days"], **{k: r[k] for k in keys}, **recipes, "bytes_per_m": size}})
     return benchrecord.make("ledger_age", "the same figures on ledgers of each size"
                             f" ({results[0]['jobs']:,} jobs; sizes {', '.join(r['label'] for r in rows)})",

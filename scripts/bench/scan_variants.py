@@ -83,7 +83,7 @@ def main() -> None:
     new = names[1]  # the definition applied last, the one the page cites
     benchrecord.write(args.record, benchrecord.make(
         "gapscan", f"count(*) of runner.missing_slots with {new}, median of {args.rounds} rounds (fastest of 3 each)",
-        "ms", [{"label": f"{rows[d] / 1e6:g}M runs", "values": {
+        "ms", [{"label": f"{benchrecord.size_label(rows[d])} runs", "values": {
             "rows": rows[d], "scan_ms": out[d][new]["median_ms"], "listed": out[d][new]["listed"],
             **_buffers(out[d][new]["buffers"])}, "old": {"file": names[0], "scan_ms": out[d][names[0]]["median_ms"]}}
             for d in args.dbs]))
