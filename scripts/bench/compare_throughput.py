@@ -22,10 +22,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import benchrecord  # noqa: E402
 import peers_throughput  # noqa: E402
 import runner_throughput  # noqa: E402
 
 from runner.worker.loop import LoopConfig  # noqa: E402
+
+LABELS = {"pgqueuer-b100": "pgqueuer b100"}  # the page's names of the targets
 
 
 def main() -> None:
@@ -36,6 +39,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--max-inflight", type=int, default=512)
     parser.add_argument("--peers", nargs="*", default=["pgqueuer", "pgqueuer-b100", "procrastinate"])
+    benchrecord.add_option(parser)
     args = parser.parse_args()
     samples: dict[str, list[float]] = {"runner": [], "raw ceiling": [], **{p: [] for p in args.peers}}
     for i in range(args.repeat):
@@ -53,6 +57,11 @@ def main() -> None:
     for k, v in samples.items():
         print(f"{k:<16} {med[k]:>14.0f}  {med[k] / med['runner']:>8.2f}  {', '.join(f'{x:.0f}' for x in v)}")
     print(f"runner / raw ceiling = {med['runner'] / med['raw ceiling']:.2f} (target: >= 0.5)")
+    benchrecord.write(args.record, benchrecord.make(
+        "throughput", f"median runs per second of {args.jobs:,} no-op runs due at one slot, two processes each"
+        f" (--workers {args.workers} --max-inflight {args.max_inflight}), {args.repeat} rounds", "runs/s",
+        [{"label": LABELS.get(k, k), "values": {"runs_per_s": med[k], "x_runner": med[k] / med["runner"]},
+          "samples": v} for k, v in samples.items()]))
 
 
 if __name__ == "__main__":

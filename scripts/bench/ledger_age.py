@@ -52,6 +52,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import benchrecord  # noqa: E402
 from benchlib import (  # noqa: E402
     DEFAULT_DSN,
     drop_database,
@@ -292,6 +293,21 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, partitions
             drop_database(admin, name)
 
 
+def record(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One figure row per ledger size, as the Benchmarks page's ledger_age record."""
+    keys = ("claim_runs_per_s", "live_lag_p99_ms", "prune_runs_per_s", "status_cmd_s", "runs_job_cmd_s",
+            "alerts_sql_s", "gap_scan_s", "job_health_sql_s", "runs_job_sql_s")
+    rows = []
+    for r in results:
+        size = sum(r[t][part] for t in ("runs_bytes_per_m", "attempts_bytes_per_m") for part in ("table", "indexes"))
+        recipes = {f"recipe_{n}_s": s for n, s in r["recipes_s"].items()}
+        rows.append({"label": benchrecord.size_label(r["rows"]), "values": {
+            "rows": r["rows"], "days": r["days"], **{k: r[k] for k in keys}, **recipes, "bytes_per_m": size}})
+    return benchrecord.make("ledger_age", "the same figures on ledgers of each size"
+                            f" ({results[0]['jobs']:,} jobs; sizes {', '.join(r['label'] for r in rows)})",
+                            "mixed: each value's name says", rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN (scratch databases are made on its server)")
@@ -308,6 +324,7 @@ def main() -> None:
     parser.add_argument("--churn-slots", type=int, default=4,
                         help="slots the claim runners go on draining after the measured one (churn)")
     parser.add_argument("--json", action="store_true")
+    benchrecord.add_option(parser)
     parser.add_argument("--seed-only", metavar="DB",
                         help="seed one ledger of --rows[0] runs into database DB (made afresh), keep it, measure nothing")
     args = parser.parse_args()
@@ -325,6 +342,7 @@ def main() -> None:
         results.append(measure(args.dsn, n, args.jobs, max(1, round(n / 1e6 * args.days_per_million)), args.repeat,
                                args.partitions, args.prune_batch, args.prune_passes, args.lag_jobs, args.lag_seconds, args.churn_slots))
         print(json.dumps(results[-1], default=str), file=sys.stderr, flush=True)  # each size as it is done
+    benchrecord.write(args.record, record(results))
     if args.json:
         print(json.dumps({"environment": environment(args.dsn), "results": results}, indent=2, default=str))
         return

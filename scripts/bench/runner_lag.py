@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import benchrecord
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def pct(values: list[float], p: float) -> float:
 def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int, inflight: int = 0,
             is_async: bool = False) -> dict[str, Any]:
     info = psycopg.conninfo.conninfo_to_dict(admin)
-    name = f"bench_runner_lag_{jobs}"
+    name = f"bench_runner_lag_{jobs}_{os.getpid()}"  # two sessions on one server do not collide
     url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -113,6 +114,19 @@ def measure(admin: str, jobs: int, seconds: float, processes: int, workers: int,
             "entered_max_ms": max(entered) * 1000}
 
 
+def record(samples: dict[Any, list[dict[str, Any]]], args: Any) -> dict[str, Any]:
+    """The medians of each size, as the Benchmarks page's lag record."""
+    keys = ("p50_ms", "p99_ms", "max_ms", "entered_p99_ms", "extra_attempts")
+    return benchrecord.make(
+        "lag", "lag of each run's first attempt (its start in the ledger minus the slot instant) and of the"
+        f" handler entering, N jobs every second, {args.processes} processes, medians of {args.repeat} runs"
+        f" of {args.seconds:g} s", "ms",
+        [{"label": f"{n:,} jobs" if isinstance(n, int) else f"{n} jobs",
+          "values": {"jobs": int(str(n).split()[0]), **{k: statistics.median(r[k] for r in runs) for k in keys}},
+          "samples_p99_ms": [r["p99_ms"] for r in runs]}
+         for n, runs in samples.items()])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
@@ -125,6 +139,7 @@ def main() -> None:
     parser.add_argument("--async", dest="with_async", action="store_true",
                         help="measure async def no-op handlers too, beside the sync ones in every round")
     parser.add_argument("--json", action="store_true")
+    benchrecord.add_option(parser)
     args = parser.parse_args()
     kinds = ["sync", "async"] if args.with_async else ["sync"]
     samples: dict[Any, list[dict[str, Any]]] = {
@@ -138,6 +153,7 @@ def main() -> None:
                 r = samples[key][-1]
                 print(f"round {i + 1}, {key} jobs: p99 {r['p99_ms']:.1f} ms, handler entered p99 "
                       f"{r['entered_p99_ms']:.1f} ms", file=sys.stderr)
+    benchrecord.write(args.record, record(samples, args))
     if args.json:
         print(json.dumps(samples, indent=2))
         return

@@ -32,6 +32,10 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import benchrecord  # noqa: E402
+
 from runner.store import migrate  # noqa: E402
 
 TAKEOVER_APP = '''
@@ -154,11 +158,15 @@ def main() -> None:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--handlers", type=int, nargs="*", default=[1, 100, 1000])
+    benchrecord.add_option(parser)
     args = parser.parse_args()
+    figures: list[dict[str, Any]] = []
     if args.repeat:
         samples = [takeover_once(args.dsn) for _ in range(args.repeat)]
         print(f"takeover after kill -9: median {statistics.median(samples):.3f} s, "
               f"max {max(samples):.3f} s, samples {', '.join(f'{s:.3f}' for s in samples)}")
+        figures += [{"label": "median", "values": {"takeover_s": statistics.median(samples)}, "samples": samples},
+                    {"label": "max", "values": {"takeover_s": max(samples)}}]
     if args.handlers:
         print(f"{'handlers':>8} {'ctx.db':>7} {'connections':>12} {'RSS MiB':>8} {'threads':>8}")
         for n in args.handlers:
@@ -168,6 +176,12 @@ def main() -> None:
                 r = resources(args.dsn, n, use_db)
                 print(f"{r['handlers']:>8} {r['ctx_db']!s:>7} {r['connections']:>12} {r['rss_mib']:>8.1f}"
                       f" {r['threads']:>8}")
+                figures.append({"label": f"{n:,} handler{'s' if n > 1 else ''}" + (", ctx.db" if use_db else ""),
+                                "values": {k: r[k] for k in ("handlers", "connections", "rss_mib", "threads")}})
+    if args.record and figures:
+        benchrecord.write(args.record, benchrecord.make(
+            "takeover", f"seconds from kill -9 of a run's owner to another runner's attempt (median and max of"
+            f" {args.repeat}), and one process's connections and RSS by running handlers", "s", figures))
 
 
 if __name__ == "__main__":

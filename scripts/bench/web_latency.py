@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+import benchrecord  # noqa: E402
 from benchlib import DEFAULT_DSN  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
@@ -147,6 +148,7 @@ def main() -> None:
                         help="dead runs stay dead in each job's newest N slots; older ones were skipped")
     parser.add_argument("--dsn", default=os.environ.get("BENCH_DSN", DEFAULT_DSN))
     parser.add_argument("--db", help="seed this database once and keep it; reuse it when it exists")
+    benchrecord.add_option(parser)
     args = parser.parse_args()
 
     dbname = args.db or f"bench_web_{os.getpid()}"
@@ -236,6 +238,11 @@ def main() -> None:
         print("| page | median ms | max ms |\n|---|---:|---:|")
         for row in results:
             print(f"| {row['page']} | {row['median_ms']} | {row['max_ms']} |")
+        benchrecord.write(args.record, benchrecord.make(
+            "console", f"time to fetch each console page over HTTP, median and max of {args.repeat} fetches after a"
+            f" warm-up, {total:,} runs and {args.jobs + 1:,} jobs", "ms",
+            [{"label": r["page"], "path": r["path"],
+              "values": {"median_ms": r["median_ms"], "max_ms": r["max_ms"], "runs": total}} for r in results]))
     finally:
         if proc is not None:
             proc.terminate()

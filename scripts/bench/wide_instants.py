@@ -41,6 +41,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import benchrecord  # noqa: E402
 import runner_lag  # noqa: E402
 from benchlib import (  # noqa: E402
     DEFAULT_DSN,
@@ -173,6 +174,7 @@ def main() -> None:
                         help="runner_lag.py's N jobs every second, in the same rounds (0: none)")
     parser.add_argument("--baseline-seconds", type=float, default=20)
     parser.add_argument("--json", action="store_true")
+    benchrecord.add_option(parser)
     args = parser.parse_args()
     install_cleanup()
     env = environment(args.dsn)
@@ -192,6 +194,13 @@ def main() -> None:
                   f"{r['max_ms']:.0f} ms, {r['runs']}/{r['expected_runs']} runs, slots all started "
                   f"{r['slot_all_started_ms']} ms, backends {r['backends_most']} {r['backends_by_app']}",
                   file=sys.stderr)
+    keys = ("p50_ms", "p99_ms", "max_ms", "backends_most")
+    benchrecord.write(args.record, benchrecord.make(
+        "wide", f"start lag of the runs due at one instant, shapes JOBSxPARTITIONS, {args.processes} runner start"
+        f" --workers {args.workers} --max-inflight {args.max_inflight}; medians of {args.repeat} rounds", "ms",
+        [{"label": shape, "values": {**{k: statistics.median(r[k] for r in runs) for k in keys},
+                                      "all_within_1s": float(all(r["within_1s"] == r["expected_runs"] for r in runs))},
+          "samples_p99_ms": [r["p99_ms"] for r in runs]} for shape, runs in samples.items()]))
     if args.json:
         print(json.dumps({"environment": env, "baseline": base, "shapes": samples}, indent=2, default=str))
         return
