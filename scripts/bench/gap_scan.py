@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
     DEFAULT_DSN,
     drop_database,
+    dsn_for,
     environment,
     median,
     print_table,
@@ -198,41 +199,48 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, problems: 
         rate = problems / rows if problems is not None else problem_rate
         seeded = seed(url, defs, since, now, rng, rate)
         seed_s = time.perf_counter() - t
-        view = "SELECT count(*) FROM runner.missing_slots"
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("SET jit = off")  # as the runner's connections (runner/worker/config.py)
-            cold = [timed(conn, view) for _ in range(repeat)]
-            fixed = conn.execute("SELECT now() + interval '1 hour'").fetchone()[0]  # type: ignore[index]
-            reference = answer(conn, fixed)
-            duty = gapscan.Advancer(target=target, max_budget=max_probes)
-            t = time.perf_counter()
-            duty(conn)
-            catchup_s = time.perf_counter() - t
-            calls = list(duty.took)
-            after_catchup = answer(conn, fixed)
-            set_aside(conn)
-            first_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
-            after_uncapped = answer(conn, fixed)
-            holes = conn.execute("SELECT count(*) FROM runner.gap_holes").fetchone()
-            warm = [timed(conn, view) for _ in range(repeat)]
-            next_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
-            warm_after = [timed(conn, view) for _ in range(repeat)]
-        return {
-            "rows": seeded, "jobs": jobs, "days": days, "seed_s": seed_s,
-            "view_no_watermarks_s": median([s for s, _ in cold]),
-            "first_advance_s": first_advance,
-            "catchup": {"calls": len(calls), "longest_call_s": max(calls), "median_call_s": median(calls),
-                        "total_s": catchup_s, "final_budget": duty.budget, "target_s": target,
-                        "call_s": [round(c, 4) for c in calls]},
-            "same_answer": reference == after_catchup == after_uncapped, "answer_rows": reference[0],
-            "view_with_watermarks_s": median([s for s, _ in warm + warm_after]),
-            "next_advance_s": next_advance,
-            "missing": warm[-1][1], "missing_no_watermarks": cold[-1][1],
-            "holes": holes[0] if holes else None,
-            "runs": {"no_watermarks": [s for s, _ in cold], "with_watermarks": [s for s, _ in warm + warm_after]},
-        }
+        return {"rows": seeded, "jobs": jobs, "days": days, "seed_s": seed_s,
+                **timings(url, repeat, target, max_probes)}
     finally:
         drop_database(admin, name)
+
+
+def timings(url: str, repeat: int, target: float, max_probes: int) -> dict[str, Any]:
+    """The scan without and with watermarks, the runners' catch-up and the uncapped advance,
+    on a seeded ledger (its watermarks and holes are set aside first)."""
+    view = "SELECT count(*) FROM runner.missing_slots"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")  # as the runner's connections (runner/worker/config.py)
+        set_aside(conn)
+        cold = [timed(conn, view) for _ in range(repeat)]
+        fixed = conn.execute("SELECT now() + interval '1 hour'").fetchone()[0]  # type: ignore[index]
+        reference = answer(conn, fixed)
+        duty = gapscan.Advancer(target=target, max_budget=max_probes)
+        t = time.perf_counter()
+        duty(conn)
+        catchup_s = time.perf_counter() - t
+        calls = list(duty.took)
+        after_catchup = answer(conn, fixed)
+        set_aside(conn)
+        first_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
+        after_uncapped = answer(conn, fixed)
+        holes = conn.execute("SELECT count(*) FROM runner.gap_holes").fetchone()
+        warm = [timed(conn, view) for _ in range(repeat)]
+        next_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
+        warm_after = [timed(conn, view) for _ in range(repeat)]
+    return {
+        "view_no_watermarks_s": median([s for s, _ in cold]),
+        "first_advance_s": first_advance,
+        "catchup": {"calls": len(calls), "longest_call_s": max(calls), "median_call_s": median(calls),
+                    "total_s": catchup_s, "final_budget": duty.budget, "target_s": target,
+                    "call_s": [round(c, 4) for c in calls]},
+        "same_answer": reference == after_catchup == after_uncapped, "answer_rows": reference[0],
+        "view_with_watermarks_s": median([s for s, _ in warm + warm_after]),
+        "next_advance_s": next_advance,
+        "missing": warm[-1][1], "missing_no_watermarks": cold[-1][1],
+        "holes": holes[0] if holes else None,
+        "runs": {"no_watermarks": [s for s, _ in cold], "with_watermarks": [s for s, _ in warm + warm_after]},
+    }
 
 
 def main() -> None:
@@ -251,8 +259,20 @@ def main() -> None:
                         help="seconds one call of the catch-up should take (the runner's default: %(default)s)")
     parser.add_argument("--max-probes", type=int, default=gapscan.MAX_BUDGET,
                         help="probes of one call of the catch-up, at most (default: %(default)s)")
+    parser.add_argument("--db", default=None,
+                        help="instead of seeding: measure this database, seeded before (BENCH_KEEP_DB=1 keeps "
+                             "the scratch database bench_gap_scan_ROWS); its watermarks and holes are deleted")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.db:
+        url = url_of(dsn_for(args.dsn, args.db))
+        with psycopg.connect(url) as conn:
+            rows, jobs = conn.execute("SELECT (SELECT count(*) FROM runner.job_runs),"
+                                      " (SELECT count(*) FROM runner.jobs)").fetchone()  # type: ignore[misc]
+        result = {"rows": rows, "jobs": jobs, "days": None, "seed_s": None,
+                  **timings(url, args.repeat, args.target, args.max_probes)}
+        print(json.dumps({"environment": environment(args.dsn), "results": [result]}, indent=2, default=str))
+        return
     problems = None if args.problem_rate is not None else args.problems
     results = [measure(args.dsn, n, args.jobs, args.days, args.repeat, problems, args.problem_rate or 0.0,
                        args.target, args.max_probes)
