@@ -14,10 +14,9 @@ that also forgets the holes that have since got a run (a probe per hole, so once
 not on every step). So the first pass over a
 ledger a year old is many short statements, not one of minutes whose snapshot would keep
 every vacuum of the database from removing dead rows meanwhile. The budget adapts to what a
-call costs on this ledger and server: grown (by ``target`` / the call's time, at most
-doubled) while calls take less than ``target`` and jobs are still behind, halved when one
-takes more than ``CEILING`` x ``target``, kept in between (within ``MIN_BUDGET`` and
-``max_budget``, at most ``MAX_BUDGET``). The function gives the budget first to the jobs that
+call costs on this ledger and server: scaled by ``target`` / the call's time, at most halved
+or doubled at a time (within ``MIN_BUDGET`` and ``max_budget``, at most ``MAX_BUDGET``), and
+grown only while jobs are still behind. The function gives the budget first to the jobs that
 need least and lets the rest share what is left (revision 0022_probes), so a pass is about as
 many calls as the history has budgets, whatever the mix of dense and sparse jobs.
 A pass ends early when the runner stops; what it did so far is kept (any watermark is
@@ -38,19 +37,18 @@ from runner.sqlfiles import queries
 log = logging.getLogger("runner.gapscan")
 Q = queries("gaps")
 
-FIRST_BUDGET = 50_000  # slot x partition probes of one call (about 0.15 s on a quiet two-core machine)
+FIRST_BUDGET = 100_000  # slot x partition probes of one call (about 0.3 s on a quiet two-core machine)
 MIN_BUDGET = 1_000
 MAX_BUDGET = 10_000_000
-# What one call should cost: the budget grows while calls take less than TARGET_SECONDS and
-# shrinks when one takes more than CEILING x that, and stays between the two. Not one target
-# of a second (before issue 32): calls scattered around it, up to 1.4 s on a 30M ledger, and
-# no statement of the runner's should reach a second. A band, not one point, because a call
-# has a fixed part that no budget shrinks (every job's watermark row, schedules, tracked
-# spans and cron fields: 0.15 s for 1,000 jobs on a quiet machine, 0.4-0.5 s under a load of
-# 7 on two cores, measured on a 10M ledger): a single target under that fixed part halved the
-# budget down to MIN_BUDGET and the catch-up crawled (10M runs: 1.7 % a minute).
-TARGET_SECONDS = 0.25
-CEILING = 3.0
+# What one call should cost, about (LoopConfig.watermark_target). Issue 32 asked for calls
+# well under a second; a quarter of a second was tried and measured worse (scripts/bench/RESULTS.md,
+# 2026-12-03): a call rewrites the watermark row of every job it moves, so four times the
+# calls are four times the dead row versions of runner.gap_watermarks (528,000 for 1,000
+# jobs after a 10M catch-up of 392 calls, with autovacuum off), and every call reads them:
+# calls grew from 0.5 s to 2-5 s and the catch-up took 754 s against 54 s for one uncapped
+# call. Calls also have a fixed part per job (cron fields parsed, schedules, tracked spans)
+# that no budget shrinks. Both must shrink before the target can.
+TARGET_SECONDS = 1.0
 
 
 def run_once(conn: psycopg.Connection[Any], budget: int | None = None, *,
@@ -82,13 +80,10 @@ class Advancer:
         self.target = target
         self.calls = 0  # in all passes (tests, logs)
         self.took: list[float] = []  # seconds of each call of the last pass (benchmarks, logs)
-        self._halved: tuple[int, float] | None = None  # (budget, time) of the call before a halving
-        self._fixed = False  # halving did not help in this pass: calls are their fixed part
 
     def __call__(self, conn: psycopg.Connection[Any]) -> None:
         moved_total = 0
         self.took = []
-        self._halved, self._fixed = None, False
         while True:
             started = time.monotonic()
             moved, behind = run_once(conn, self.budget, tidy=False)
@@ -113,27 +108,14 @@ class Advancer:
                   moved_total, len(self.took), max(self.took))
 
     def adapt(self, took: float, behind: int) -> None:
-        """The budget of the next call, from what this one cost: over CEILING x target,
-        halved, unless the last halving made the call less than a quarter faster (then the
-        budget goes back and stays for the pass: a call's fixed part does not shrink, and
-        halving for it took the 10M catch-up down to MIN_BUDGET); under the target and while
-        jobs are behind, scaled by target / took, at most doubled; in between, kept.
-        (Revision 0022's round had a band of a quarter of the target to the target, with a
-        one-second target: calls of 0.4 s on a 30M ledger never grew and the catch-up
-        outlasted one uncapped call; here the band is above the target, where calls are
-        already as long as they should be.)"""
-        if took > CEILING * self.target:
-            if self._halved is not None and took > 0.75 * self._halved[1]:
-                # half the budget, not a quarter faster: the time is the call's fixed part
-                # (under load, 0.5-0.9 s for 1,000 jobs at any budget), so go back, and halve
-                # no more in this pass: smaller calls would only make the catch-up crawl
-                self.budget, self._halved, self._fixed = self._halved[0], None, True
-            elif not self._fixed:
-                self._halved = (self.budget, took)
-                self.budget = min(self.max_budget, max(MIN_BUDGET, self.budget // 2))
-            return
-        self._halved = None
-        if behind and took < self.target:
-            self._fixed = False
+        """The budget of the next call, from what this one cost: scaled by target / took, at
+        most halved or doubled at a time, and grown only while jobs are behind, never above
+        ``max_budget``. (Revision 0022's round: halving above the target and doubling only
+        under a quarter of it left calls between the two at their budget for good: 0.4-s
+        calls on a 30M ledger whose catch-up then outlasted one uncapped call.)"""
+        if took > self.target:
+            scale = max(0.5, self.target / took)
+            self.budget = min(self.max_budget, max(MIN_BUDGET, int(self.budget * scale)))
+        elif behind:
             scale = min(2.0, self.target / took) if took > 0 else 2.0
             self.budget = min(self.max_budget, max(self.budget + 1, int(self.budget * scale)))
