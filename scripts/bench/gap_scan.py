@@ -265,13 +265,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.db:
+        env = environment(args.dsn)
         url = url_of(dsn_for(args.dsn, args.db))
         with psycopg.connect(url) as conn:
             rows, jobs = conn.execute("SELECT (SELECT count(*) FROM runner.job_runs),"
                                       " (SELECT count(*) FROM runner.jobs)").fetchone()  # type: ignore[misc]
         result = {"rows": rows, "jobs": jobs, "days": None, "seed_s": None,
                   **timings(url, args.repeat, args.target, args.max_probes)}
-        print(json.dumps({"environment": environment(args.dsn), "results": [result]}, indent=2, default=str))
+        print(json.dumps({"environment": env, "results": [result]}, indent=2, default=str))
         return
     problems = None if args.problem_rate is not None else args.problems
     results = [measure(args.dsn, n, args.jobs, args.days, args.repeat, problems, args.problem_rate or 0.0,
