@@ -367,6 +367,16 @@ def test_watermarks_never_change_the_answer(tx: psycopg.Connection[Any], data: s
                 advance(tx, start + timedelta(minutes=minute))
             else:
                 bounded(tx, start + timedelta(minutes=minute), span and timedelta(minutes=span), probes)
+        cap = data.draw(st.sampled_from([None, None, None, 3, 40]))
+        if cap is not None:
+            # a whole catch-up to the end under a small probe cap, as the duty makes it: many
+            # calls, each moving some jobs a little, until none is behind
+            calls = 0
+            while bounded(tx, end, None, cap)[1]:
+                calls += 1
+                assert calls < 1000
+            if not marks and cap == 3:  # 12 hours of three jobs from no watermark at all
+                assert calls > 10
         assert gaps(tx, end) == unwatermarked(tx, end)
         # reruns and backfills: runs change status, holes get runs; then maybe another advance
         for run_id in data.draw(st.lists(st.sampled_from(run_ids), max_size=5)) if run_ids else []:
@@ -713,6 +723,56 @@ def test_seconds_missed_after_the_last_runner_stopped_are_listed(db_url: str) ->
     assert {s for s in expected if s <= last_run} <= set(ran), "the runner skipped a slot while alive"
     assert listed == never_started("hello", [s for s in expected if s > last_run])
     assert not {s for _, s, _, _ in listed} & set(ran)
+
+
+def test_the_duty_under_a_small_probe_cap_catches_up_in_many_calls_to_the_uncapped_answer(db_url: str) -> None:
+    """The duty's probe cap (``LoopConfig.watermark_max_probes``, issue 32: no statement of the
+    catch-up may grow with the ledger's age) set to 40: two days of four jobs of every kind
+    (static partitions, dynamic, a cron in a zone, an hourly one; about 2,000 slot x
+    partition probes) take dozens of calls, none over the cap however fast the calls are,
+    and leave the gap scan's answer and the recorded holes what one uncapped advance gives."""
+    from runner.worker import gapscan
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0].astimezone(UTC)  # type: ignore[index]
+        since = now - timedelta(days=2)
+        kinds: dict[str, tuple[dict[str, Any], list[str]]] = {
+            "dense": ({"every": "5m", "partitions": ["a", "b", "c"]}, ["a", "b", "c"]),
+            "dynamic": ({"every": "30m", "partitions": lambda s: ["x"]}, ["x", "y"]),
+            "cron": ({"cron": "*/20 * * * *", "timezone": "Asia/Kolkata"}, [""]),
+            "hourly": ({"every": "1h"}, [""]),
+        }
+        sync(conn, now=since, **{name: {**kw, "track_from": since} for name, (kw, _) in kinds.items()})
+        drawn = []
+        for name, (kw, keys) in kinds.items():
+            sched = parse_schedule(every=kw.get("every"), cron=kw.get("cron"), timezone=kw.get("timezone"))
+            for k, slot in enumerate(sched.slots_between(since - US, now)):
+                for key in keys:
+                    if k % 13 != 5:  # a slot x partition in 13 has no run: a hole
+                        drawn.append((name, slot, key, "failed" if k % 17 == 3 else "succeeded"))
+        make_runs(conn, drawn)
+        duty = gapscan.Advancer(threading.Event(), budget=1000, target=60.0, max_budget=40)
+        assert duty.budget == 40  # the first call is under the cap too
+        duty(conn)
+        # quick calls would double the budget (target 60 s): the cap holds it
+        assert duty.budget == 40
+        assert len(duty.took) == duty.calls >= 30
+        assert bounded(conn, None, timedelta(minutes=1))[1] == 0  # caught up
+        as_of = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        with conn.transaction():
+            answer = gaps(conn, as_of)
+            assert answer == unwatermarked(conn, as_of)
+        assert {"failed", "never_started"} <= {state for _, _, _, state in answer}
+        holes = "SELECT job_name || schedule_slot || partition_key || whole_slot FROM runner.gap_holes" \
+                " WHERE schedule_slot <= %s ORDER BY 1"
+        capped = [r[0] for r in conn.execute(holes, (now,)).fetchall()]
+        assert len(capped) > 100
+        with conn.transaction(force_rollback=True):
+            conn.execute("DELETE FROM runner.gap_holes")
+            conn.execute("DELETE FROM runner.gap_watermarks")
+            advance(conn, now)
+            assert [r[0] for r in conn.execute(holes, (now,)).fetchall()] == capped
+    with pytest.raises(ValueError, match="max_budget must be >= 1"):
+        gapscan.Advancer(max_budget=0)
 
 
 def test_the_duty_s_budget_follows_the_target_without_a_dead_zone() -> None:

@@ -10,6 +10,7 @@ import psycopg
 
 from runner.model.jobs import Retention
 from runner.worker.fanout import MAX_PARTITIONS
+from runner.worker.gapscan import MAX_BUDGET, TARGET_SECONDS
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class LoopConfig:
     instance_heartbeat: float = 5.0
     grace: float = 30.0  # seconds running handlers get at shutdown before their runs are released
     watermark_interval: float = 60.0  # seconds between advances of the gap-scan watermarks
+    watermark_target: float = TARGET_SECONDS  # seconds one call of the advance should take, about
+    watermark_max_probes: int = MAX_BUDGET  # slot x partition probes of one call of the advance, at most
     steal_after: float = 0.5  # seconds before other runners' unclaimed shares of a slot are claimed
     max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)

@@ -15,10 +15,10 @@ not on every step). So the first pass over a
 ledger a year old is many short statements, not one of minutes whose snapshot would keep
 every vacuum of the database from removing dead rows meanwhile. The budget adapts to what a
 call costs on this ledger and server: scaled by ``target`` / the call's time, at most halved
-or doubled at a time (within ``MIN_BUDGET`` and ``MAX_BUDGET``), and grown only while jobs
-are still behind. The function gives the budget first to the jobs that need least and lets
-the rest share what is left (revision 0022_probes), so a pass is about as many calls as the
-history has budgets, whatever the mix of dense and sparse jobs.
+or doubled at a time (within ``MIN_BUDGET`` and ``max_budget``, at most ``MAX_BUDGET``), and
+grown only while jobs are still behind. The function gives the budget first to the jobs that
+need least and lets the rest share what is left (revision 0022_probes), so a pass is about as
+many calls as the history has budgets, whatever the mix of dense and sparse jobs.
 A pass ends early when the runner stops; what it did so far is kept (any watermark is
 correct: the view expands from wherever it stands).
 """
@@ -40,7 +40,15 @@ Q = queries("gaps")
 FIRST_BUDGET = 100_000  # slot x partition probes of one call (about 0.3 s on a quiet two-core machine)
 MIN_BUDGET = 1_000
 MAX_BUDGET = 10_000_000
-TARGET_SECONDS = 1.0  # what one call should cost, about
+# What one call should cost, about (LoopConfig.watermark_target). Issue 32 asked for calls
+# well under a second; a quarter of a second was tried and measured worse (scripts/bench/RESULTS.md,
+# 2026-12-03): a call rewrites the watermark row of every job it moves, so four times the
+# calls are four times the dead row versions of runner.gap_watermarks (528,000 for 1,000
+# jobs after a 10M catch-up of 392 calls, with autovacuum off), and every call reads them:
+# calls grew from 0.5 s to 2-5 s and the catch-up took 754 s against 54 s for one uncapped
+# call. Calls also have a fixed part per job (cron fields parsed, schedules, tracked spans)
+# that no budget shrinks. Both must shrink before the target can.
+TARGET_SECONDS = 1.0
 
 
 def run_once(conn: psycopg.Connection[Any], budget: int | None = None, *,
@@ -58,21 +66,29 @@ class Advancer:
     """The duty's pass beside the loop (``duties.on_own_connection``, every
     ``watermark_interval``): bounded calls until no job is behind, or ``stop`` is set. A
     failure is retried next time (the view stays correct without it, only slower). It keeps
-    the budget it learned from one pass to the next."""
+    the budget it learned from one pass to the next. ``target``: seconds a call should take
+    (``LoopConfig.watermark_target``); ``max_budget``: the most probes any call may take
+    (``LoopConfig.watermark_max_probes``), a hard cap under the adaptive budget."""
 
     def __init__(self, stop: threading.Event | None = None, *, budget: int = FIRST_BUDGET,
-                 target: float = TARGET_SECONDS) -> None:
+                 target: float = TARGET_SECONDS, max_budget: int = MAX_BUDGET) -> None:
+        if max_budget < 1:
+            raise ValueError("the gap-scan duty's max_budget must be >= 1")
         self.stop = stop if stop is not None else threading.Event()
-        self.budget = budget
+        self.max_budget = max_budget
+        self.budget = min(budget, max_budget)
         self.target = target
         self.calls = 0  # in all passes (tests, logs)
+        self.took: list[float] = []  # seconds of each call of the last pass (benchmarks, logs)
 
     def __call__(self, conn: psycopg.Connection[Any]) -> None:
         moved_total = 0
+        self.took = []
         while True:
             started = time.monotonic()
             moved, behind = run_once(conn, self.budget, tidy=False)
             took = time.monotonic() - started
+            self.took.append(took)
             self.calls += 1
             moved_total += moved
             self.adapt(took, behind)
@@ -80,23 +96,26 @@ class Advancer:
                 break
             if not behind:
                 # caught up: one more step (seconds of slots) that also forgets filled holes
+                started = time.monotonic()
                 moved, _ = run_once(conn, self.budget, tidy=True)
+                self.took.append(time.monotonic() - started)
                 self.calls += 1
                 moved_total += moved
                 break
             log.debug("gap-scan watermarks: %d job(s) still behind (%.2f s, next budget %d)",
                       behind, took, self.budget)
-        log.debug("gap-scan watermarks advanced for %d job(s)", moved_total)
+        log.debug("gap-scan watermarks advanced for %d job(s) in %d call(s), the longest %.2f s",
+                  moved_total, len(self.took), max(self.took))
 
     def adapt(self, took: float, behind: int) -> None:
         """The budget of the next call, from what this one cost: scaled by target / took, at
-        most halved or doubled at a time, and grown only while jobs are behind. (Revision
-        0022's round: halving above the target and doubling only under a quarter of it left
-        calls between the two at their budget for good: 0.4-s calls on a 30M ledger whose
-        catch-up then outlasted one uncapped call.)"""
+        most halved or doubled at a time, and grown only while jobs are behind, never above
+        ``max_budget``. (Revision 0022's round: halving above the target and doubling only
+        under a quarter of it left calls between the two at their budget for good: 0.4-s
+        calls on a 30M ledger whose catch-up then outlasted one uncapped call.)"""
         if took > self.target:
             scale = max(0.5, self.target / took)
-            self.budget = max(MIN_BUDGET, int(self.budget * scale))
+            self.budget = min(self.max_budget, max(MIN_BUDGET, int(self.budget * scale)))
         elif behind:
             scale = min(2.0, self.target / took) if took > 0 else 2.0
-            self.budget = min(MAX_BUDGET, max(self.budget + 1, int(self.budget * scale)))
+            self.budget = min(self.max_budget, max(self.budget + 1, int(self.budget * scale)))

@@ -172,7 +172,9 @@ class Worker:
         self.completer.start()
         # beside the loop, each on a thread and connection of its own (runner/worker/duties.py)
         url, stop, failed = self.url, self._stop, self._duty_failed
-        on_own_connection("gapscan", lambda: connect(url), gapscan.Advancer(stop), stop,
+        advancer = gapscan.Advancer(stop, target=self.config.watermark_target,
+                                    max_budget=self.config.watermark_max_probes)
+        on_own_connection("gapscan", lambda: connect(url), advancer, stop,
                           self.config.watermark_interval, on_failure=failed)
         on_own_connection("retention", lambda: connect(url),
                           retention.pass_of(self.owner.namespace, self.config.prune_batch),

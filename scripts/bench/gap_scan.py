@@ -13,8 +13,20 @@ run: what the scan lists. Then it times the view, median of `--repeat` runs:
   * after runner.advance_watermarks_v1(): the scan expands only the slots since the advance
     and reads the unaccounted runs and recorded holes below it.
 
-It also times the first advance (which expands the whole range once) and a second one (the
-periodic, incremental case). The SPEC's bar: < 1 s at 10 million rows, 1,000 jobs, 30 days.
+It also times the first advance two ways, from no watermark at all:
+
+  * the runners' catch-up (runner/worker/gapscan.py's Advancer, its defaults or `--target` /
+    `--max-probes`, on an autocommit connection as the loop gives it: bounded calls of
+    runner.advance_watermarks_v2, each its own transaction): how many calls, the longest and
+    the median call, and the catch-up's total; issue 32's goal is no call over 1 s at 10M;
+  * one uncapped runner.advance_watermarks_v1() (the whole history in one statement, what no
+    runner issues any more), after the catch-up's watermarks and holes are set aside;
+
+and checks that the gap scan's answer at a fixed instant (an hour ahead, so that every slot
+up to it is expected) is the same with no watermark, after the catch-up and after the
+uncapped call: count and md5 of every row of runner.missing_slots_v1. Then a second uncapped
+advance (the periodic, incremental case). The SPEC's bar: < 1 s at 10 million rows, 1,000
+jobs, 30 days.
 The scratch database is dropped afterwards (BENCH_KEEP_DB=1 keeps it).
 """
 
@@ -41,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
     DEFAULT_DSN,
     drop_database,
+    dsn_for,
     environment,
     median,
     print_table,
@@ -50,6 +63,7 @@ from benchlib import (  # noqa: E402
 from runner import Runner  # noqa: E402
 from runner.model.app import JobDef  # noqa: E402
 from runner.store import ledger, migrate  # noqa: E402
+from runner.worker import gapscan  # noqa: E402
 
 ZONES = ["UTC", "Asia/Seoul", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"]
 
@@ -147,6 +161,22 @@ def seed(url: str, defs: list[JobDef], since: datetime, until: datetime, rng: ra
     return count
 
 
+ANSWER = ("SELECT count(*), md5(coalesce(string_agg(m::text, ',' ORDER BY m::text), ''))"
+          " FROM runner.missing_slots_v1(%s) AS m")
+
+
+def answer(conn: psycopg.Connection[Any], as_of: datetime) -> tuple[int, str]:
+    """The gap scan's whole answer at as_of: its rows and an md5 of all of them."""
+    row = conn.execute(ANSWER, (as_of,)).fetchone()
+    assert row is not None
+    return int(row[0]), str(row[1])
+
+
+def set_aside(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DELETE FROM runner.gap_holes")
+    conn.execute("DELETE FROM runner.gap_watermarks")
+
+
 def timed(conn: psycopg.Connection[Any], sql: str) -> tuple[float, Any]:
     t = time.perf_counter()
     row = conn.execute(sql).fetchone()
@@ -154,7 +184,7 @@ def timed(conn: psycopg.Connection[Any], sql: str) -> tuple[float, Any]:
 
 
 def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, problems: int | None,
-            problem_rate: float) -> dict[str, Any]:
+            problem_rate: float, target: float, max_probes: int) -> dict[str, Any]:
     name = f"bench_gap_scan_{rows}"
     dsn = recreate_database(admin, name)
     url = url_of(dsn)
@@ -171,26 +201,48 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, problems: 
         rate = problems / rows if problems is not None else problem_rate
         seeded = seed(url, defs, since, now, rng, rate)
         seed_s = time.perf_counter() - t
-        view = "SELECT count(*) FROM runner.missing_slots"
-        with psycopg.connect(url, autocommit=True) as conn:
-            cold = [timed(conn, view) for _ in range(repeat)]
-            first_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
-            holes = conn.execute("SELECT count(*) FROM runner.gap_holes").fetchone()
-            warm = [timed(conn, view) for _ in range(repeat)]
-            next_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
-            warm_after = [timed(conn, view) for _ in range(repeat)]
-        return {
-            "rows": seeded, "jobs": jobs, "days": days, "seed_s": seed_s,
-            "view_no_watermarks_s": median([s for s, _ in cold]),
-            "first_advance_s": first_advance,
-            "view_with_watermarks_s": median([s for s, _ in warm + warm_after]),
-            "next_advance_s": next_advance,
-            "missing": warm[-1][1], "missing_no_watermarks": cold[-1][1],
-            "holes": holes[0] if holes else None,
-            "runs": {"no_watermarks": [s for s, _ in cold], "with_watermarks": [s for s, _ in warm + warm_after]},
-        }
+        return {"rows": seeded, "jobs": jobs, "days": days, "seed_s": seed_s,
+                **timings(url, repeat, target, max_probes)}
     finally:
         drop_database(admin, name)
+
+
+def timings(url: str, repeat: int, target: float, max_probes: int) -> dict[str, Any]:
+    """The scan without and with watermarks, the runners' catch-up and the uncapped advance,
+    on a seeded ledger (its watermarks and holes are set aside first)."""
+    view = "SELECT count(*) FROM runner.missing_slots"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")  # as the runner's connections (runner/worker/config.py)
+        set_aside(conn)
+        cold = [timed(conn, view) for _ in range(repeat)]
+        fixed = conn.execute("SELECT now() + interval '1 hour'").fetchone()[0]  # type: ignore[index]
+        reference = answer(conn, fixed)
+        duty = gapscan.Advancer(target=target, max_budget=max_probes)
+        t = time.perf_counter()
+        duty(conn)
+        catchup_s = time.perf_counter() - t
+        calls = list(duty.took)
+        after_catchup = answer(conn, fixed)
+        set_aside(conn)
+        first_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
+        after_uncapped = answer(conn, fixed)
+        holes = conn.execute("SELECT count(*) FROM runner.gap_holes").fetchone()
+        warm = [timed(conn, view) for _ in range(repeat)]
+        next_advance, _ = timed(conn, "SELECT runner.advance_watermarks_v1()")
+        warm_after = [timed(conn, view) for _ in range(repeat)]
+    return {
+        "view_no_watermarks_s": median([s for s, _ in cold]),
+        "first_advance_s": first_advance,
+        "catchup": {"calls": len(calls), "longest_call_s": max(calls), "median_call_s": median(calls),
+                    "total_s": catchup_s, "final_budget": duty.budget, "target_s": target,
+                    "call_s": [round(c, 4) for c in calls]},
+        "same_answer": reference == after_catchup == after_uncapped, "answer_rows": reference[0],
+        "view_with_watermarks_s": median([s for s, _ in warm + warm_after]),
+        "next_advance_s": next_advance,
+        "missing": warm[-1][1], "missing_no_watermarks": cold[-1][1],
+        "holes": holes[0] if holes else None,
+        "runs": {"no_watermarks": [s for s, _ in cold], "with_watermarks": [s for s, _ in warm + warm_after]},
+    }
 
 
 def main() -> None:
@@ -205,10 +257,28 @@ def main() -> None:
                              "that sizes differ only in history, not in the answer")
     parser.add_argument("--problem-rate", type=float, default=None,
                         help="instead of --problems: that fraction of the slots (e.g. 0.007)")
+    parser.add_argument("--target", type=float, default=gapscan.TARGET_SECONDS,
+                        help="seconds one call of the catch-up should take (the runner's default: %(default)s)")
+    parser.add_argument("--max-probes", type=int, default=gapscan.MAX_BUDGET,
+                        help="probes of one call of the catch-up, at most (default: %(default)s)")
+    parser.add_argument("--db", default=None,
+                        help="instead of seeding: measure this database, seeded before (BENCH_KEEP_DB=1 keeps "
+                             "the scratch database bench_gap_scan_ROWS); its watermarks and holes are deleted")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.db:
+        env = environment(args.dsn)
+        url = url_of(dsn_for(args.dsn, args.db))
+        with psycopg.connect(url) as conn:
+            rows, jobs = conn.execute("SELECT (SELECT count(*) FROM runner.job_runs),"
+                                      " (SELECT count(*) FROM runner.jobs)").fetchone()  # type: ignore[misc]
+        result = {"rows": rows, "jobs": jobs, "days": None, "seed_s": None,
+                  **timings(url, args.repeat, args.target, args.max_probes)}
+        print(json.dumps({"environment": env, "results": [result]}, indent=2, default=str))
+        return
     problems = None if args.problem_rate is not None else args.problems
-    results = [measure(args.dsn, n, args.jobs, args.days, args.repeat, problems, args.problem_rate or 0.0)
+    results = [measure(args.dsn, n, args.jobs, args.days, args.repeat, problems, args.problem_rate or 0.0,
+                       args.target, args.max_probes)
                for n in args.rows]
     if args.json:
         print(json.dumps({"environment": environment(args.dsn), "results": results}, indent=2, default=str))
@@ -221,6 +291,15 @@ def main() -> None:
         [[r["rows"], r["jobs"], r["days"], r["view_no_watermarks_s"], r["first_advance_s"],
           r["view_with_watermarks_s"], r["next_advance_s"], r["missing"], r["holes"], r["seed_s"]]
          for r in results],
+    )
+    print(f"\nfirst advance: the runners' bounded catch-up (target {args.target} s a call) against "
+          "one uncapped statement, from no watermark")
+    print_table(
+        ["ledger rows", "calls", "longest call s", "median call s", "catch-up total s", "uncapped s",
+         "total / uncapped", "same answer"],
+        [[r["rows"], r["catchup"]["calls"], r["catchup"]["longest_call_s"], r["catchup"]["median_call_s"],
+          r["catchup"]["total_s"], r["first_advance_s"], r["catchup"]["total_s"] / r["first_advance_s"],
+          r["same_answer"]] for r in results],
     )
     env = environment(args.dsn)
     print(f"\nPostgreSQL {env['postgres']}, {env['cpus']} CPUs, load {env['loadavg_1m_at_start']} at start")

@@ -1,18 +1,27 @@
-"""Wider instants: 10,000 slot x partition runs due at the same instant, on two `runner start`.
+"""Wider instants: 10,000 (or 100,000) slot x partition runs due at one instant, on two `runner start`.
 
     python scripts/bench/wide_instants.py [--shapes 1x10000 100x100] [--slots 3] [--every 10]
         [--processes 2] [--workers 100] [--max-inflight 1000] [--repeat 3] [--baseline 1000] [--json]
+    python scripts/bench/wide_instants.py --shapes 100x1000/60 --slots 2 --repeat 1 --baseline 0
 
 A shape JOBSxPARTITIONS is that many jobs, each ``every=`` --every seconds with that many
 static partitions, so JOBS x PARTITIONS runs fall due at every slot instant (1x10000: one job
-fanned out to 10,000 tenants; 100x100: a hundred such jobs of 100 each). No-op handlers. Per
-shape and round: a fresh scratch database, the runner processes started, one slot let pass
-(start-up, shares settling), then --slots slots measured from the ledger: per run, lag = the
-attempt's started_at (the claim statement's database clock) - the slot instant; p50 / p99 /
-max over every run of the measured slots, and per slot the time until all its runs had
-started. While the processes run, pg_stat_activity of the scratch database is sampled every
-0.1 s: the most backends seen at once, in all and by application_name, so "no more
-connections than today" is a figure, not a claim.
+fanned out to 10,000 tenants; 100x100: a hundred such jobs of 100 each). JOBSxPARTITIONS/SECONDS
+gives the shape a period of its own: 100x1000/60 is 100,000 runs due at one instant every
+minute (issue 32's shape: all started within 5 s at p99, the processes' memory bounded, no
+extra attempt). No-op handlers. Per shape and round: a fresh scratch database, the runner
+processes started, one slot let pass (start-up, shares settling), then --slots slots measured
+from the ledger: per run, lag = the attempt's started_at (the claim statement's database
+clock) - the slot instant; p50 / p99 / max over every run of the measured slots, and per slot
+the time until all its runs had started. The measurement waits until every run of the
+measured slots has an attempt, or the period after the last slot has passed. While the
+processes run, pg_stat_activity of the scratch database is sampled every 0.1 s: the most
+backends seen at once, in all and by application_name, so "no more connections than today"
+is a figure, not a claim; and each process's memory from /proc: its peak resident set
+(VmHWM) and its resident set after start-up, before the first slot (Linux only).
+
+Extra attempts: every run of the measured slots must have exactly one attempt (attempt rows
+beyond one per run, counted, must be 0), and every expected run must exist.
 
 --baseline N measures scripts/bench/runner_lag.py's figure (N jobs every second, the same
 processes and flags) in the same round, so the wide figures stand beside the 1,000-run one
@@ -80,6 +89,17 @@ def url_of(dsn: str) -> str:
             f"{info.get('port', 5432)}/{info['dbname']}")
 
 
+def memory_kb(pid: int, field: str) -> int | None:
+    """A field of /proc/PID/status in kB (VmRSS, VmHWM), or None where there is no /proc."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 class Backends(threading.Thread):
     """Samples pg_stat_activity of one database until stopped: the most backends at once."""
 
@@ -125,18 +145,31 @@ def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, proc
                             (tmp / f"r{i}.log").read_text()[-2000:] for i in range(processes)))
                     time.sleep(0.1)
                 sampler.start()
+                rss_idle = [memory_kb(p.pid, "VmRSS") for p in procs]
                 # the first slot at least 2 s away is the warm-up; the next `slots` are measured
                 now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]
                 first = (int(now + 2) // every + 1) * every
                 wanted = [first + every * (k + 1) for k in range(slots)]
-                time.sleep(max(wanted[-1] + min(every - 1, 5) - time.time(), 0))
                 expected = jobs * partitions * slots
                 instants = conn.execute("SELECT array_agg(to_timestamp(s)) FROM unnest(%s::float8[]) s",
                                         (wanted,)).fetchone()[0]
+                time.sleep(max(wanted[-1] - time.time(), 0))
+                # then until every run of the measured slots has started, or a period has passed
+                started = ("SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r ON r.id = a.run_id"
+                           " WHERE r.schedule_slot = ANY(%s) AND a.attempt = 1")
+                deadline = wanted[-1] + max(every - 1, 5)
+                # (every 2 s: at 100,000 runs a slot this count took up to 1.7 s, on the same
+                # two cores as the runners)
+                while conn.execute(started, (instants,)).fetchone()[0] < expected and time.time() < deadline:
+                    time.sleep(2.0)
+                rss_peak = [memory_kb(p.pid, "VmHWM") for p in procs]
                 rows = conn.execute(LAGS, (instants,)).fetchall()
                 dup = conn.execute("SELECT count(*) FROM runner.attempts a JOIN runner.job_runs r"
                                    " ON r.id = a.run_id WHERE r.schedule_slot = ANY(%s) AND a.attempt > 1",
                                    (instants,)).fetchone()[0]
+                attempts, runs_with = conn.execute(
+                    "SELECT count(*), count(DISTINCT a.run_id) FROM runner.attempts a JOIN runner.job_runs r"
+                    " ON r.id = a.run_id WHERE r.schedule_slot = ANY(%s)", (instants,)).fetchone()
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -151,7 +184,10 @@ def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, proc
     for slot, lag in rows:
         per_slot[slot] = max(per_slot.get(slot, 0.0), lag)
     return {
-        "shape": f"{jobs}x{partitions}", "expected_runs": expected, "runs": len(lags), "extra_attempts": dup,
+        "shape": f"{jobs}x{partitions}/{every}", "expected_runs": expected, "runs": len(lags),
+        "extra_attempts": dup + (attempts - runs_with),
+        "rss_idle_mb": [round(k / 1024, 1) if k else None for k in rss_idle],
+        "rss_peak_mb": [round(k / 1024, 1) if k else None for k in rss_peak],
         "p50_ms": percentile(lags, 50) * 1000, "p99_ms": percentile(lags, 99) * 1000,
         "max_ms": max(lags, default=float("nan")) * 1000,
         "within_1s": sum(1 for lag in lags if lag <= 1.0),
@@ -178,8 +214,12 @@ def main() -> None:
     args = parser.parse_args()
     install_cleanup()
     env = environment(args.dsn)
-    shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
-    samples: dict[str, list[dict[str, Any]]] = {f"{j}x{p}": [] for j, p in shapes}
+    shapes = []
+    for spec in args.shapes:
+        size, _, period = spec.lower().partition("/")
+        j, p = (int(x) for x in size.split("x"))
+        shapes.append((j, p, int(period) if period else args.every))
+    samples: dict[str, list[dict[str, Any]]] = {f"{j}x{p}/{e}": [] for j, p, e in shapes}
     base: list[dict[str, Any]] = []
     for i in range(args.repeat):
         if args.baseline:
@@ -187,12 +227,13 @@ def main() -> None:
                                            args.workers, args.max_inflight))
             print(f"round {i + 1}, {args.baseline} jobs every second: p99 {base[-1]['p99_ms']:.1f} ms",
                   file=sys.stderr)
-        for j, p in shapes:
-            r = measure(args.dsn, j, p, args.every, args.slots, args.processes, args.workers, args.max_inflight)
+        for j, p, e in shapes:
+            r = measure(args.dsn, j, p, e, args.slots, args.processes, args.workers, args.max_inflight)
             samples[r["shape"]].append(r)
             print(f"round {i + 1}, {r['shape']}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, max "
                   f"{r['max_ms']:.0f} ms, {r['runs']}/{r['expected_runs']} runs, slots all started "
-                  f"{r['slot_all_started_ms']} ms, backends {r['backends_most']} {r['backends_by_app']}",
+                  f"{r['slot_all_started_ms']} ms, backends {r['backends_most']} {r['backends_by_app']}, "
+                  f"RSS MB idle {r['rss_idle_mb']} peak {r['rss_peak_mb']}, extra attempts {r['extra_attempts']}",
                   file=sys.stderr)
     keys = ("p50_ms", "p99_ms", "max_ms", "backends_most")
     benchrecord.write(args.record, benchrecord.make(
@@ -206,18 +247,20 @@ def main() -> None:
         return
     print(f"medians of {args.repeat} rounds; {args.processes} processes, --workers {args.workers}"
           f" --max-inflight {args.max_inflight}; load {env['loadavg_1m_at_start']} at start")
-    print(f"{'shape':>10} {'runs/expected':>16} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'backends':>9}"
-          "   p99 samples")
+    print(f"{'shape':>13} {'runs/expected':>16} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'backends':>9}"
+          f" {'max RSS MB':>10}   p99 samples")
     if base:
         m = statistics.median(r["p99_ms"] for r in base)
-        print(f"{str(args.baseline) + 'x1/s':>10} {sum(r['runs'] for r in base):>7}/"
+        print(f"{str(args.baseline) + 'x1/1':>13} {sum(r['runs'] for r in base):>7}/"
               f"{sum(r['expected_runs'] for r in base):<8} {statistics.median(r['p50_ms'] for r in base):>8.1f}"
-              f" {m:>8.1f} {statistics.median(r['max_ms'] for r in base):>8.1f} {'':>9}   "
+              f" {m:>8.1f} {statistics.median(r['max_ms'] for r in base):>8.1f} {'':>9} {'':>10}   "
               + ", ".join(f"{r['p99_ms']:.1f}" for r in base))
     for shape, runs in samples.items():
-        print(f"{shape:>10} {sum(r['runs'] for r in runs):>7}/{sum(r['expected_runs'] for r in runs):<8}"
+        peak = max((m for r in runs for m in r["rss_peak_mb"] if m), default=float("nan"))
+        print(f"{shape:>13} {sum(r['runs'] for r in runs):>7}/{sum(r['expected_runs'] for r in runs):<8}"
               f" {statistics.median(r['p50_ms'] for r in runs):>8.1f} {statistics.median(r['p99_ms'] for r in runs):>8.1f}"
-              f" {statistics.median(r['max_ms'] for r in runs):>8.1f} {max(r['backends_most'] for r in runs):>9}   "
+              f" {statistics.median(r['max_ms'] for r in runs):>8.1f} {max(r['backends_most'] for r in runs):>9}"
+              f" {peak:>10.1f}   "
               + ", ".join(f"{r['p99_ms']:.1f}" for r in runs)
               + f"; extra attempts (must be 0): {sum(r['extra_attempts'] for r in runs)}")
 
