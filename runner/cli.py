@@ -910,6 +910,7 @@ def rerun_many(
             fail(planned.refusal)
         _say(f"will set {_plural(len(planned.runs), 'run')} pending (trigger manual), due now, each with "
              "a full budget of attempts; one request")
+        _say(f"checkpoints: {planned.starts()}")
         _confirm(f"Rerun {_plural(len(planned.runs), 'run')} of job {planned.job_name!r}?", yes)
         done = actions.act(conn, "rerun_many", planned, params, by, why)
         conn.close()

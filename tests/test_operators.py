@@ -634,3 +634,22 @@ def test_unknown_and_duplicate_effects_alert(tx: psycopg.Connection[Any]) -> Non
                      " ORDER BY kind, detail").fetchall()
     assert [(k, d.split()[1]) for k, d in got] == [
         ("effect_duplicate", "resent"), ("effect_unknown", "sent-long-ago"), ("effect_unknown", "timed-out")]
+
+
+def test_a_bulk_rerun_says_its_runs_continue_from_their_checkpoints_and_keeps_them(db_url: str) -> None:
+    """Issue 33: a bulk rerun takes only runs that never succeeded (failed or dead); each
+    continues from its last checkpoint, as its own retry would, and the impact shown first says
+    so (a single `runner rerun` clears it unless --resume). Before, nothing said it."""
+    with_cp = seed(db_url, "ok", attempt=3)
+    seed(db_url, "ok", attempt=3, partition="p2")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        make_job(conn, "ok", partitions=["", "p2"])
+        conn.execute("UPDATE runner.job_runs SET checkpoint = '{\"next\": 7}', checkpoint_at = %s,"
+                     " checkpoint_fence = 3, checkpoint_bytes = 11, checkpoint_summary = 'chunk 7',"
+                     " checkpoints = 7 WHERE id = %s", (SLOT, with_cp))
+    out = cli("rerun-many", "ok", "--from", "2025-12-31T00:00:00Z", "--to", "2026-01-02T00:00:00Z",
+              "--reason", "upstream fixed", "--yes", url=db_url)
+    assert out.returncode == 0, out.stderr
+    assert "checkpoints: 1 of them have a checkpoint: each continues from its last one" in out.stdout, out.stdout
+    assert rows(db_url, "SELECT status, checkpoint FROM runner.job_runs WHERE id = %s", (with_cp,)) == [
+        ("pending", {"next": 7})]

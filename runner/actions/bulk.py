@@ -41,6 +41,17 @@ class BulkPlan:
     def by_status(self) -> dict[str, int]:
         return dict(Counter(r["status"] for r in self.runs))
 
+    def starts(self) -> str:
+        """Where the runs' next attempts start (issue 33), as the impact shown first says it:
+        a bulk rerun takes only runs that never succeeded, and each continues from its last
+        checkpoint, as its own retry would (``runner rerun RUN`` without ``--resume`` starts
+        one from scratch)."""
+        with_checkpoint = sum(1 for r in self.runs if r.get("checkpoint_at") is not None)
+        if not with_checkpoint:
+            return "none of them has a checkpoint: each starts from scratch"
+        return (f"{with_checkpoint} of them have a checkpoint: each continues from its last one, as "
+                "its own retry would (`runner rerun RUN` without --resume starts one from scratch)")
+
     def describe(self) -> str:
         s = self.selection
         parts = [f"job {self.job_name!r}"]

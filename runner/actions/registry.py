@@ -333,7 +333,8 @@ def _many_plan(ctx: Context, p: dict[str, Any]) -> bulk.BulkPlan:
 
 def _many_shown(plan: bulk.BulkPlan, _: dict[str, Any]) -> dict[str, Any]:
     return {"job": plan.job_name, "selection": plan.selection, "label": plan.describe(), "runs": plan.runs,
-            "count": len(plan.runs), "by_status": plan.by_status(), "refusal": plan.refusal}
+            "count": len(plan.runs), "by_status": plan.by_status(), "starts": plan.starts(),
+            "refusal": plan.refusal}
 
 
 def _many_act(ctx: Context, plan: bulk.BulkPlan, p: dict[str, Any], who: str | None,

@@ -16,7 +16,8 @@ SELECT j.job_name FROM runner.jobs j WHERE j.job_name = %(job_name)s
 -- cap (the caller refuses beyond it). The job's index of runs needing attention
 -- (job_runs_unaccounted: job_name, schedule_slot) serves it, or the replay group's.
 SELECT r.id, r.schedule_slot, r.partition_key, r.status, r.fence, r.attempt, r.trigger, r.lane,
-       r.finished_at, r.last_error, r.replay_group_id
+       r.finished_at, r.last_error, r.replay_group_id, r.checkpoint_at, r.checkpoint_bytes,
+       r.checkpoint_summary
 FROM runner.job_runs r
 WHERE r.job_name = %(job_name)s
   AND r.status = ANY (%(statuses)s::text[])
