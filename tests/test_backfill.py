@@ -905,3 +905,20 @@ def test_a_backfill_across_a_partition_change_runs_the_partitions_each_slot_had(
                        " AND schedule_slot < %s", (at(2),)) == 0
     assert scalar(url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'hourly'"
                        " AND state = 'never_started' AND schedule_slot < %s", (at(4),)) == 0
+
+
+def test_a_backfill_of_a_job_whose_partitions_are_all_gone_is_one_line(url: str, conn: Any) -> None:
+    """Long model tier (seed 1336258255, example 18): a dynamic job whose partitions callable
+    now returns none, backfilled over a range reaching past now, raised an IndexError
+    traceback from the clamping message. Now one line, nothing written."""
+    app = Runner()
+
+    @app.job("emptied", every="1h", partitions=lambda slot: [])
+    def emptied(ctx: Any) -> None:  # pragma: no cover - never runs
+        raise AssertionError("no partition, no run")
+
+    s = backfill.Spec(job_name="emptied", range_from=datetime.now(UTC) - timedelta(hours=3),
+                      range_to=datetime.now(UTC) + timedelta(hours=1))
+    with pytest.raises(operate.OperatorError, match="has no partition at any slot"):
+        backfill.plan(conn, app.jobs["emptied"], s)
+    assert scalar(url, "SELECT count(*) FROM runner.backfills") == 0

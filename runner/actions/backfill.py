@@ -307,6 +307,10 @@ def expected_runs(job: JobDef, spec: Spec,
         if len(out) > MAX_EXPECTED_RUNS:
             raise OperatorError(f"the range holds more than {MAX_EXPECTED_RUNS} slot x partitions: "
                                 "split it into several backfills")
+    if not out.slots:
+        raise OperatorError(f"job {job.name!r} has no partition at any slot in "
+                            f"[{spec.range_from.isoformat()}, {spec.range_to.isoformat()}) (its partitions "
+                            "returned none); nothing to backfill")
     if history and stored is not None:
         stored = list(used)  # the plan adopts and forces the runs of every partition it planned
     return out, len(slots), stored
