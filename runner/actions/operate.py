@@ -285,13 +285,19 @@ class PausePlan:
         return bool(self.job["paused"]) != self.paused
 
 
-def plan_pause(conn: psycopg.Connection[Any], job_name: str, paused: bool) -> PausePlan:
-    job = _one(conn, "job_state", {"job_name": job_name})
+def _known_job(conn: psycopg.Connection[Any], query: str, job_name: str) -> dict[str, Any]:
+    """The job's row of ``query`` (its state for a pause or a retirement); OperatorError for a
+    job the ledger does not know."""
+    job = _one(conn, query, {"job_name": job_name})
     if job is None:
         raise OperatorError(
             f"no job {job_name!r} in the ledger (a job is registered there when a runner that "
             "defines it starts)")
-    return PausePlan(job=job, paused=paused)
+    return job
+
+
+def plan_pause(conn: psycopg.Connection[Any], job_name: str, paused: bool) -> PausePlan:
+    return PausePlan(job=_known_job(conn, "job_state", job_name), paused=paused)
 
 
 def set_paused(conn: psycopg.Connection[Any], plan: PausePlan, reason: str,
@@ -324,12 +330,7 @@ class RetirePlan:
 
 
 def plan_retire(conn: psycopg.Connection[Any], job_name: str, retire: bool) -> RetirePlan:
-    job = _one(conn, "retire_state", {"job_name": job_name})
-    if job is None:
-        raise OperatorError(
-            f"no job {job_name!r} in the ledger (a job is registered there when a runner that "
-            "defines it starts)")
-    return RetirePlan(job=job, retire=retire)
+    return RetirePlan(job=_known_job(conn, "retire_state", job_name), retire=retire)
 
 
 def set_retired(conn: psycopg.Connection[Any], plan: RetirePlan, reason: str,
