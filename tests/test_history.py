@@ -190,3 +190,44 @@ def test_a_rollback_after_a_restart_mid_rollout_restores_the_old_schedule(db_url
                    (JOB, v2_gone))
     assert not phantom, phantom
     assert_ledger_clean(db_url)
+
+
+def test_a_new_version_started_mid_interval_runs_only_its_on_time_window(db_url: str, tmp_path: Path) -> None:
+    """A new version started while the old one runs (a conflict: the history keeps v1's
+    definition, runner/worker/history.py) runs its own schedule from its start, and of the
+    slots due before it only those within its grace (1 s): the on-time window of any start
+    (runner/worker/claims.py, ``begin``). Those runs are of slots the history does not expect
+    (v2's grid, v1 in force): the rollout's mixed span that definition_conflict names, which
+    the model test excuses by exactly this bound (tests/test_model.py, ``rollout``; the long
+    tier's seed 267526912 found the bound it had assumed, one interval, too narrow). Nothing
+    older is claimed, whatever the phase of the interval the start falls in, and the audit
+    stays clean."""
+    procs: list[RunnerProcess] = []
+    try:
+        began = db_now(db_url)
+        a = start(1, db_url, tmp_path, "v1-a")
+        procs.append(a)
+        # (a few of v1's slots first: slots of v2's grid off v1's then lie between the job's
+        # track_from and v2's start, which a wider window would claim)
+        eventually(lambda: ran(db_url, began, 3) >= 2, timeout=60, message="v1 runs")
+        b = start(2, db_url, tmp_path, "v2-b")
+        procs.append(b)
+        t = db_now(db_url)
+        eventually(lambda: ran(db_url, t, 2, off_grid=3) >= 2, timeout=60, message="v2 runs its own slots")
+        assert b.terminate() == 0, b.output()
+        assert a.terminate() == 0, a.output()
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                p.terminate()
+    started = scalar(db_url, "SELECT started_at FROM runner.instances WHERE pid = %s", (b.proc.pid,))
+    assert history(db_url) == [3], history(db_url)  # v1 ran throughout: the history kept it
+    # every slot v2's process ran: none due more than its grace before it started
+    slots = [r[0] for r in rows(db_url, "SELECT DISTINCT r.schedule_slot FROM runner.attempts a"
+                                        " JOIN runner.job_runs r ON r.id = a.run_id"
+                                        " WHERE r.job_name = %s AND a.owner_pid = %s ORDER BY 1",
+                                (JOB, b.proc.pid))]
+    assert slots, "v2 ran nothing"
+    window = scalar(db_url, "SELECT %s::timestamptz - interval '1 second'", (started,))
+    assert slots[0] > window, (slots[0], started)
+    assert_ledger_clean(db_url)

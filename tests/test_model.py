@@ -84,6 +84,7 @@ DYNAMIC_PARTITIONS: tuple[list[str] | str, ...] = (
     ["t1", "t2"], ["t1", "t2", "t3"], ["t3"], ["t2", "t4", "t5"], [], "raise")
 MISFIRE = ("coalesce", "skip", "replay", "manual")
 RUNNER_ARGS = ("--poll-interval", "0.2", "--grace", "1")
+GRACE_SECONDS = 2.0  # the jobs' grace (tests/apps/model_app.py, COMMON): a start's on-time window
 SETTLED = ("succeeded", "skipped", "coalesced", "dead", "awaiting_approval", "cancelled")
 
 TIER = os.environ.get("RUNNER_MODEL_TIER", "ci")
@@ -534,10 +535,13 @@ class LoopModel(RuleBasedStateMachine):
         new_jobs[job]["every"] = every
         old_jobs = self.control["jobs"]
         self._write_control({0: new_jobs, 1: old_jobs})
-        # (a starting runner claims the newest due slot of its own schedule: up to one new
-        # interval before it started; long tier seed 3690660704 ran 17:54:49 of every 1s, the
-        # rollout having begun at 17:54:49.5)
-        began = self._db_now() - timedelta(seconds=_every_seconds(every))
+        # (a starting runner claims the slots of its own schedule due within its grace before
+        # it started, its on-time window (runner/worker/claims.py, begin): long tier seed
+        # 3690660704 ran 17:54:49 of every 1s, the rollout having begun at 17:54:49.5; seed
+        # 267526912 example 9 ran 21:31:05 of every 1s from a start at 21:31:06.96, grace 2 s;
+        # tests/test_history.py::test_a_new_version_started_mid_interval_runs_only_its_on_time_window)
+        began = self._db_now() - timedelta(seconds=max(_every_seconds(every), GRACE_SECONDS)) \
+            - timedelta(milliseconds=100)
         self.runners.stop(0)
         self.runners.start(0)
         eventually(self.runners.registered, timeout=60, message="both versions registered")

@@ -28,6 +28,11 @@ row lock):
   both fingerprints, their schedules and the hosts and pids that run each. So an old version
   restarted mid-rollout never rewrites the history while the new one runs, and vice versa:
   the history keeps whichever definition was in force until its last runner is gone.
+  The version not in force runs its own slots from its start, and of those due before it
+  only the ones within the job's grace, as any start does (its on-time window): runs of
+  slots the history does not expect, inside the span the ``definition_conflict`` alert
+  names and ``runner.instances.definitions`` keeps
+  (tests/test_history.py::test_a_new_version_started_mid_interval_runs_only_its_on_time_window).
 * A running runner whose definition is not the history's current one (the history duty
   below, every ``instance_heartbeat``, 5 s by default: one short query) re-asserts it as soon
   as no live runner runs the current one: v2 alone, after v1's last runner stopped, restores
