@@ -72,7 +72,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -92,6 +92,7 @@ STATEMENT_TIMEOUT = "1s"  # the condition's statement timeout
 EVALUATION_TIMEOUT = 3.0  # seconds: one plan's whole evaluation (lock, describe, run, record)
 EVERY = 5.0  # seconds between two evaluations of a plan's condition (across all runners)
 POLL = 1.0  # seconds between two looks for due conditions
+WATCH_INTERVAL = 0.05  # seconds between two looks at a running condition's advisory locks
 BOOL_OID = 16
 PROMETHEUS = "prometheus:"  # pause_when holding a Prometheus instant query
 MAX_PROMETHEUS_BYTES = 256 * 1024
@@ -201,26 +202,117 @@ def evaluate_prometheus(base_url: str | None, query: str, timeout: float = EVALU
                                 f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
 
 
+class WatchLost(Exception):
+    """The watch of a condition's session broke off (its connection failed): the condition
+    ran unwatched, so its outcome is not recorded (the duty retries it)."""
+
+
+class Watcher:
+    """Watches a condition session from a connection of its own (``application_name``
+    runner-condition-watch, the condition session's login), opened at the first watch and
+    kept until ``close``; never a connection of the runner's pool or lock session.
+
+    ``watching`` lists the session's advisory locks (``advisory_locks_of``) before the
+    condition's statement, then, on a thread, every ``WATCH_INTERVAL`` seconds while it runs:
+    each lock seen that was not there before (the plan's condition lock is) is one the
+    condition took, even if it released it again before its statement ended."""
+
+    def __init__(self, of: psycopg.Connection[Any]) -> None:
+        self._of = of
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self.close()
+            info = self._of.info
+            self._conn = psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
+                                         application_name="runner-condition-watch")
+            self._conn.execute("SET statement_timeout = '1s'")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _locks(conn: psycopg.Connection[Any], pid: int) -> set[str]:
+        return {r[0] for r in conn.execute(Q["advisory_locks_of"], {"pid": pid})}
+
+    @contextlib.contextmanager
+    def watching(self, pid: int, seen: set[str]) -> Iterator[None]:
+        """While the block runs, add to ``seen`` every advisory lock of backend ``pid`` that it
+        did not hold when the block began. Raises ``WatchLost`` if a look failed."""
+        try:
+            conn = self._connection()
+            before = self._locks(conn, pid)
+        except psycopg.Error as exc:
+            raise WatchLost(f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        done = threading.Event()
+        lost: list[BaseException] = []
+
+        def look() -> None:
+            try:
+                while not done.wait(WATCH_INTERVAL):
+                    seen.update(self._locks(conn, pid) - before)
+            except Exception as exc:
+                lost.append(exc)
+
+        thread = threading.Thread(target=look, name="runner-condition-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+            if lost:
+                raise WatchLost(f"{type(lost[0]).__name__}: {_first_line(lost[0])}") from lost[0]
+
+
+def _took(seen: set[str]) -> Evaluation:
+    return Evaluation(None, f"the condition took {len(seen)} advisory lock(s), held during its "
+                            "statement (released); a condition must only read")
+
+
 def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str | None = None,
-             timeout: float = EVALUATION_TIMEOUT) -> Evaluation:
+             timeout: float = EVALUATION_TIMEOUT, watch: Watcher | None = None) -> Evaluation:
     """Evaluate ``condition`` once: a Prometheus query is asked of ``prometheus_url``; SQL
     runs on ``conn``, as the condition role, in a transaction (or, inside the caller's, a
-    savepoint) that is rolled back. The caller releases the advisory locks the condition may
-    have taken (``release_locks``). Raises only when the connection is lost."""
+    savepoint) that is rolled back, its statement watched by ``watch`` (one of its own for
+    this call when None): a condition seen holding an advisory lock it did not hold before
+    fails. The caller releases the advisory locks the condition may have taken
+    (``release_locks``). Raises only when the connection is lost (``WatchLost`` when the
+    watcher's is)."""
     promql = prometheus_query(condition)
     if promql is not None:
         return evaluate_prometheus(prometheus_url, promql, timeout)
+    if watch is None:
+        with Watcher(conn) as own:
+            return evaluate(conn, condition, prometheus_url, timeout, own)
+    seen: set[str] = set()
     try:
         with conn.transaction(force_rollback=True):
             conn.execute(BQ["read_only_limits"], {"timeout": STATEMENT_TIMEOUT})
             wrong = _shape_error(conn, condition)
             if wrong is not None:
                 return Evaluation(None, wrong)
-            row = conn.execute(Q["evaluate"], {"condition": condition}).fetchone()
+            with watch.watching(conn.info.backend_pid, seen):
+                row = conn.execute(Q["evaluate"], {"condition": condition}).fetchone()
     except psycopg.Error as exc:
         if conn.closed or conn.broken:
             raise
+        if seen:
+            return _took(seen)
         return Evaluation(None, f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
+    if seen:
+        return _took(seen)
     assert row is not None
     return Evaluation(bool(row[0]))
 
@@ -271,11 +363,14 @@ def _watchdog(conn: psycopg.Connection[Any], seconds: float, fired: threading.Ev
 def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
                   now: datetime | None = None, every: float = EVERY,
                   timeout: float = EVALUATION_TIMEOUT,
-                  prometheus_url: str | None = None) -> Evaluation | None:
+                  prometheus_url: str | None = None, watch: Watcher | None = None) -> Evaluation | None:
     """Evaluate one plan's condition under its condition lock and record the outcome (the
     check's time; a pause, with its reason). ``conn`` is this process's condition session
-    (autocommit). None when another runner holds the lock or the condition is no longer
-    due."""
+    (autocommit), watched by ``watch`` (one of its own for this call when None). None when
+    another runner holds the lock or the condition is no longer due."""
+    if watch is None:
+        with Watcher(conn) as own:
+            return evaluate_plan(conn, namespace, plan_id, now, every, timeout, prometheus_url, own)
     fired = threading.Event()
     timer = _watchdog(conn, timeout, fired)
     try:
@@ -284,7 +379,7 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
                 "namespace": namespace, "plan_id": plan_id, "now": now, "every": every})
             if not found:
                 return None
-            result = evaluate(conn, found[0]["pause_when"], prometheus_url, timeout)
+            result = evaluate(conn, found[0]["pause_when"], prometheus_url, timeout, watch)
             if fired.is_set():
                 result = Evaluation(None, f"the evaluation took longer than {timeout:g}s")
             held = ledger.dict_rows(conn, Q["advisory_locks_held"],
@@ -318,10 +413,11 @@ def run_once(conn: psycopg.Connection[Any], namespace: int, job_names: Iterable[
     done: dict[int, Evaluation] = {}
     due = ledger.dict_rows(conn, Q["due_conditions"], {
         "job_names": list(job_names), "now": now, "every": every})
-    for p in due:
-        result = evaluate_plan(conn, namespace, p["id"], now, every, timeout, prometheus_url)
-        if result is not None:
-            done[p["id"]] = result
+    with Watcher(conn) as watch:  # connects at its first watch: none when nothing runs SQL
+        for p in due:
+            result = evaluate_plan(conn, namespace, p["id"], now, every, timeout, prometheus_url, watch)
+            if result is not None:
+                done[p["id"]] = result
     return done
 
 

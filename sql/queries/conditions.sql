@@ -45,6 +45,14 @@ WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
   AND NOT (l.objsubid = 2 AND l.classid = %(namespace)s::int::oid
            AND l.objid = ((-%(plan_id)s::int)::bigint & 4294967295)::oid)
 
+-- name: advisory_locks_of
+-- The advisory locks (held or awaited) of the condition session whose backend is `pid`,
+-- read from another connection while the condition's statement runs (runner/worker/
+-- conditions.py ``Watcher``): one identity per lock, its key and mode.
+SELECT concat_ws('/', l.classid, l.objid, l.objsubid, l.mode) AS lock
+FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.pid = %(pid)s
+
 -- name: release_locks
 -- Every session-level advisory lock of this session (a condition may have taken some).
 SELECT pg_advisory_unlock_all()
