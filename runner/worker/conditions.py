@@ -40,11 +40,27 @@ runner serving the job will run, so it runs where it can do no harm.
 A condition that took advisory locks fails (its locks are released; the plan pauses saying
 so): a key it held even for a second may have blocked a claim or a takeover. PostgreSQL
 grants the advisory lock functions to PUBLIC and cannot withhold them from the condition
-role alone, so the check is made where the locks are still visible (issue 28, point 3):
-``runner.pause_condition_v1`` lists its session's advisory locks when the condition's
-statement ends, transaction-level ones included (they would go with the rollback, unseen),
-and fails the condition if it holds any new one. Here, after the function, the session-level
-ones are counted again (``advisory_locks_held``). While a condition runs, its session is a
+role alone, so the locks are looked for where they are visible (issue 28, point 3), three
+times:
+
+* **While its statement runs** (``Watcher``): from a connection of its own
+  (``runner-condition-watch``, the runner's login, opened at a pass's first SQL evaluation
+  and closed at its end; never one the claims need), the runner lists the condition
+  session's advisory locks (pg_locks, by its backend pid) just before the statement, then
+  every ``WATCH_INTERVAL`` seconds on a thread until the statement returns, one short query
+  each; a lock seen that was not there before (the plan's condition lock is) fails the
+  evaluation: ``the condition took N advisory lock(s), held during its statement``. This
+  sees a session lock the condition releases (``pg_advisory_unlock``) before its statement
+  ends, which no look afterwards can. What it can miss: a lock taken and released between
+  two looks (held under ``WATCH_INTERVAL``); a claim that met that key meanwhile is
+  released uncounted (below). A watch that breaks off (its connection lost) records no outcome: the
+  duty fails and evaluates the condition again at its next pass.
+* **When the statement ends**: ``runner.pause_condition_v1`` lists its session's advisory
+  locks, transaction-level ones included (they would go with the rollback, unseen), and
+  fails the condition if it holds any new one.
+* **After the function**: the session-level ones are counted again (``advisory_locks_held``).
+
+While a condition runs, its session is a
 runner's condition session (``runner.condition_sessions_v1``: this connection's name, the
 runner's login, a young transaction): a run whose claim meets a key it holds is released
 uncounted (the executor's ``_key_held``), and the takeover duty does not end it as a squatter.
