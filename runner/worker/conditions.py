@@ -97,6 +97,7 @@ import psycopg
 from psycopg.pq import ExecStatus
 
 from runner.errors import error_text
+from runner.settings import redact
 from runner.sqlfiles import queries
 from runner.store import ledger
 
@@ -218,6 +219,43 @@ def evaluate_prometheus(base_url: str | None, query: str, timeout: float = EVALU
                                 f"{type(exc).__name__}: {_first_line(exc)}"[:1000])
 
 
+class StandbyRefused(Exception):
+    """The condition standby (``--condition-url``) cannot be used: not reachable, not a hot
+    standby, or not a copy of this ledger. The message is one line."""
+
+
+def open_standby(conn: psycopg.Connection[Any], url: str) -> psycopg.Connection[Any]:
+    """A condition session on the hot standby ``url`` (``connect``'s), checked against the
+    ledger of ``conn`` (the primary): in recovery, same system identifier and database oid.
+    Raises ``StandbyRefused``, the URL shown redacted."""
+    where = redact(url)
+    try:
+        standby = connect(url)
+    except psycopg.Error as exc:
+        raise StandbyRefused(f"the condition standby {where} cannot be reached: {_first_line(exc)}") from None
+    try:
+        there = ledger.dict_rows(standby, Q["ledger_place"], {})[0]
+        here = ledger.dict_rows(conn, Q["ledger_place"], {})[0]
+        if not there["in_recovery"]:
+            raise StandbyRefused(f"the condition standby {where} is not a hot standby "
+                                 "(pg_is_in_recovery() is false): conditions run there only "
+                                 "where no run key of the ledger can be touched")
+        if (there["system_identifier"], there["database_oid"]) != (
+                here["system_identifier"], here["database_oid"]):
+            raise StandbyRefused(
+                f"the condition standby {where} is not a copy of this ledger (cluster "
+                f"{there['system_identifier']}, database oid {there['database_oid']}; the ledger: "
+                f"cluster {here['system_identifier']}, database oid {here['database_oid']})")
+    except psycopg.Error as exc:
+        standby.close()
+        raise StandbyRefused(f"the condition standby {where}: {type(exc).__name__}: "
+                             f"{_first_line(exc)}") from None
+    except StandbyRefused:
+        standby.close()
+        raise
+    return standby
+
+
 class WatchLost(Exception):
     """The watch of a condition's session broke off (its connection failed): the condition
     ran unwatched, so its outcome is not recorded (the duty retries it)."""
@@ -301,17 +339,14 @@ def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str 
              timeout: float = EVALUATION_TIMEOUT, watch: Watcher | None = None) -> Evaluation:
     """Evaluate ``condition`` once: a Prometheus query is asked of ``prometheus_url``; SQL
     runs on ``conn``, as the condition role, in a transaction (or, inside the caller's, a
-    savepoint) that is rolled back, its statement watched by ``watch`` (one of its own for
-    this call when None): a condition seen holding an advisory lock it did not hold before
-    fails. The caller releases the advisory locks the condition may have taken
-    (``release_locks``). Raises only when the connection is lost (``WatchLost`` when the
-    watcher's is)."""
+    savepoint) that is rolled back, its statement watched by ``watch``: a condition seen
+    holding an advisory lock it did not hold before fails. Only a condition session on a
+    hot standby goes unwatched (``watch`` None): its locks are the standby's own. The caller
+    releases the advisory locks the condition may have taken (``release_locks``). Raises only
+    when the connection is lost (``WatchLost`` when the watcher's is)."""
     promql = prometheus_query(condition)
     if promql is not None:
         return evaluate_prometheus(prometheus_url, promql, timeout)
-    if watch is None:
-        with Watcher(conn) as own:
-            return evaluate(conn, condition, prometheus_url, timeout, own)
     seen: set[str] = set()
     try:
         with conn.transaction(force_rollback=True):
@@ -319,7 +354,8 @@ def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str 
             wrong = _shape_error(conn, condition)
             if wrong is not None:
                 return Evaluation(None, wrong)
-            with watch.watching(conn.info.backend_pid, seen):
+            with (watch.watching(conn.info.backend_pid, seen) if watch is not None
+                  else contextlib.nullcontext()):
                 row = conn.execute(Q["evaluate"], {"condition": condition}).fetchone()
     except psycopg.Error as exc:
         if conn.closed or conn.broken:
@@ -342,9 +378,10 @@ def evaluate_apart(conn: psycopg.Connection[Any], condition: str,
         return evaluate(conn, condition, prometheus_url)
     info = conn.info
     with psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
-                         application_name="runner-condition", prepare_threshold=None) as own:
+                         application_name="runner-condition", prepare_threshold=None) as own, \
+            Watcher(own) as watch:
         own.execute("SET TIME ZONE 'UTC'")
-        return evaluate(own, condition)
+        return evaluate(own, condition, watch=watch)
 
 
 def release_locks(conn: psycopg.Connection[Any]) -> None:
@@ -364,11 +401,13 @@ def reset_session(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
 
-def _watchdog(conn: psycopg.Connection[Any], seconds: float, fired: threading.Event) -> threading.Timer:
+def _watchdog(conns: list[psycopg.Connection[Any]], seconds: float,
+              fired: threading.Event) -> threading.Timer:
     def cancel() -> None:
         fired.set()
-        with contextlib.suppress(Exception):
-            conn.cancel_safe(timeout=seconds)
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.cancel_safe(timeout=seconds)
 
     timer = threading.Timer(seconds, cancel)
     timer.daemon = True
@@ -379,23 +418,29 @@ def _watchdog(conn: psycopg.Connection[Any], seconds: float, fired: threading.Ev
 def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
                   now: datetime | None = None, every: float = EVERY,
                   timeout: float = EVALUATION_TIMEOUT,
-                  prometheus_url: str | None = None, watch: Watcher | None = None) -> Evaluation | None:
+                  prometheus_url: str | None = None, watch: Watcher | None = None,
+                  standby: psycopg.Connection[Any] | None = None) -> Evaluation | None:
     """Evaluate one plan's condition under its condition lock and record the outcome (the
     check's time; a pause, with its reason). ``conn`` is this process's condition session
-    (autocommit), watched by ``watch`` (one of its own for this call when None). None when
-    another runner holds the lock or the condition is no longer due."""
-    if watch is None:
+    (autocommit): the lock and the record are its. The condition's statement runs on
+    ``standby`` when given (a condition session on a hot standby of the ledger,
+    ``open_standby``), else on ``conn``, watched by ``watch`` (one of its own for this call
+    when None). None when another runner holds the lock or the condition is no longer
+    due."""
+    if standby is None and watch is None:
         with Watcher(conn) as own:
             return evaluate_plan(conn, namespace, plan_id, now, every, timeout, prometheus_url, own)
+    on = conn if standby is None else standby
     fired = threading.Event()
-    timer = _watchdog(conn, timeout, fired)
+    timer = _watchdog([conn] if standby is None else [conn, standby], timeout, fired)
     try:
         with conn.transaction():
             found = ledger.dict_rows(conn, Q["lock_condition"], {
                 "namespace": namespace, "plan_id": plan_id, "now": now, "every": every})
             if not found:
                 return None
-            result = evaluate(conn, found[0]["pause_when"], prometheus_url, timeout, watch)
+            result = evaluate(on, found[0]["pause_when"], prometheus_url, timeout,
+                              watch if standby is None else None)
             if fired.is_set():
                 result = Evaluation(None, f"the evaluation took longer than {timeout:g}s")
             held = ledger.dict_rows(conn, Q["advisory_locks_held"],
@@ -418,20 +463,31 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
     finally:
         timer.cancel()
         reset_session(conn)
+        if standby is not None:
+            reset_session(standby)
     return result
 
 
 def run_once(conn: psycopg.Connection[Any], namespace: int, job_names: Iterable[str],
              now: datetime | None = None, every: float = EVERY,
-             timeout: float = EVALUATION_TIMEOUT, prometheus_url: str | None = None) -> dict[int, Evaluation]:
+             timeout: float = EVALUATION_TIMEOUT, prometheus_url: str | None = None,
+             standby_url: str | None = None) -> dict[int, Evaluation]:
     """Evaluate the due conditions of the running plans of ``job_names`` (those a process
-    defines), each under its lock; returns the outcome of each plan evaluated here."""
+    defines), each under its lock; returns the outcome of each plan evaluated here. With
+    ``standby_url`` their statements run on that hot standby, on a session opened (and
+    checked: ``open_standby``, raising ``StandbyRefused``) for this pass when a condition is
+    due and closed at its end."""
     done: dict[int, Evaluation] = {}
     due = ledger.dict_rows(conn, Q["due_conditions"], {
         "job_names": list(job_names), "now": now, "every": every})
-    with Watcher(conn) as watch:  # connects at its first watch: none when nothing runs SQL
+    if not due:
+        return done
+    with contextlib.ExitStack() as stack:
+        standby = None if standby_url is None else stack.enter_context(open_standby(conn, standby_url))
+        watch = stack.enter_context(Watcher(conn))  # connects at its first watch, if any
         for p in due:
-            result = evaluate_plan(conn, namespace, p["id"], now, every, timeout, prometheus_url, watch)
+            result = evaluate_plan(conn, namespace, p["id"], now, every, timeout, prometheus_url,
+                                   watch, standby)
             if result is not None:
                 done[p["id"]] = result
     return done
@@ -446,12 +502,12 @@ def connect(url: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def pass_of(namespace: int, job_names: list[str],
-            prometheus_url: str | None = None) -> Callable[[psycopg.Connection[Any]], None]:
+def pass_of(namespace: int, job_names: list[str], prometheus_url: str | None = None,
+            standby_url: str | None = None) -> Callable[[psycopg.Connection[Any]], None]:
     """The condition duty of a ``runner start`` process: ``run_once`` every ``POLL`` seconds
     on a thread and connection of its own (``duties.on_own_connection``, with ``connect``), so
     untrusted SQL never runs on the lock session; a failure is logged and retried there, a
-    lost connection opened again."""
+    lost connection opened again. ``standby_url``: ``--condition-url``."""
     def one_pass(conn: psycopg.Connection[Any]) -> None:
-        run_once(conn, namespace, job_names, prometheus_url=prometheus_url)
+        run_once(conn, namespace, job_names, prometheus_url=prometheus_url, standby_url=standby_url)
     return one_pass
