@@ -65,6 +65,22 @@ runner's condition session (``runner.condition_sessions_v1``: this connection's 
 runner's login, a young transaction): a run whose claim meets a key it holds is released
 uncounted (the executor's ``_key_held``), and the takeover duty does not end it as a squatter.
 
+**On a hot standby** (``runner start --condition-url``, ``RUNNER_CONDITION_URL``). Advisory
+locks on a standby are the standby's own: a condition run there cannot touch a run key of
+the ledger, whatever it locks. With that URL, each pass that has a condition due opens a
+condition session there (``open_standby``: it must be in recovery and show the ledger's
+system identifier and database oid, else the pass fails saying so, and ``runner start``
+refuses the URL in one line), and the condition's statement runs on it, through the same
+``runner.pause_condition_v1``, as the condition role, read-only, unwatched (its end-of-
+statement check still fails a condition holding a lock there); the condition lock, the
+re-check and the record (``pause_checked_at``, a pause) stay on the ledger's condition
+session, and the timeout cancels both. The condition reads the standby's data, as of its
+replay; a statement cancelled for a conflict with recovery pauses the plan like any
+failing condition; a standby that cannot be reached fails the pass (logged, counted,
+retried), and the plan's condition is not evaluated meanwhile. The creation checks
+(``evaluate_apart``: ``runner backfill`` and a misfire tier's plan) run once on the ledger,
+watched.
+
 **Prometheus.** A condition may instead be a Prometheus instant query: ``pause_when`` then
 reads ``prometheus:`` followed by the query (``runner backfill --pause-when-prometheus Q``;
 no SQL starts so). It is sent as an HTTP GET to ``<Prometheus URL>/api/v1/query`` — the URL
