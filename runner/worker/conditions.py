@@ -388,8 +388,9 @@ def evaluate(conn: psycopg.Connection[Any], condition: str, prometheus_url: str 
 def evaluate_apart(conn: psycopg.Connection[Any], condition: str,
                    prometheus_url: str | None = None) -> Evaluation:
     """Evaluate ``condition`` once on a short connection of its own, with ``conn``'s login,
-    closed afterwards: whatever the condition does to a session never reaches the caller's
-    (the creation check of ``runner backfill``)."""
+    closed afterwards, watched: whatever the condition does to a session never reaches the
+    caller's (the creation check of ``runner backfill``). A watch that broke off is the
+    evaluation's error (this check is not retried)."""
     if prometheus_query(condition) is not None:
         return evaluate(conn, condition, prometheus_url)
     info = conn.info
@@ -397,7 +398,10 @@ def evaluate_apart(conn: psycopg.Connection[Any], condition: str,
                          application_name="runner-condition", prepare_threshold=None) as own, \
             Watcher(own) as watch:
         own.execute("SET TIME ZONE 'UTC'")
-        return evaluate(own, condition, watch=watch)
+        try:
+            return evaluate(own, condition, watch=watch)
+        except WatchLost as exc:
+            return Evaluation(None, f"the condition's session could not be watched: {exc}"[:1000])
 
 
 def release_locks(conn: psycopg.Connection[Any]) -> None:

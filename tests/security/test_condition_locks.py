@@ -96,3 +96,32 @@ def test_a_condition_taking_no_lock_is_watched_and_not_flagged(
                       (plan_id,)) > 0
     assert "advisory lock" not in proc.output()
     assert_ledger_clean(db_url)
+
+
+def test_a_watch_that_breaks_off_records_no_outcome(db_url: str, db_roles: Any) -> None:
+    """The watching connection ended while the condition runs: the evaluation raises (the
+    duty logs it and evaluates again at its next pass) and records nothing, neither the
+    check nor a pause; the next pass watches on a new connection."""
+    import threading
+
+    import psycopg
+
+    from runner.worker import conditions
+
+    db_roles.apply(db_url)
+    plan_id = make_plan(db_url, "SELECT pg_sleep(0.8) IS NULL")
+    with conditions.connect(db_url) as cond, psycopg.connect(db_url, autocommit=True) as admin:
+        def cut() -> None:
+            pid = eventually(lambda: admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'runner-condition-watch'"
+                " AND datname = current_database()").fetchone(), timeout=10, interval=0.01)
+            admin.execute("SELECT pg_terminate_backend(%s)", pid)
+
+        cutter = threading.Thread(target=cut)
+        cutter.start()
+        with pytest.raises(conditions.WatchLost):
+            conditions.run_once(cond, 21077, ["hourly"])
+        cutter.join()
+        assert rows(db_url, "SELECT status, pause_reason, pause_checked_at FROM runner.backfills"
+                            " WHERE id = %s", (plan_id,)) == [("running", None, None)]
+        assert conditions.run_once(cond, 21077, ["hourly"]) == {plan_id: conditions.Evaluation(False)}
