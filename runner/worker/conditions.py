@@ -53,17 +53,18 @@ times:
   sees a session lock the condition releases (``pg_advisory_unlock``) before its statement
   ends, which no look afterwards can. What it can miss: a lock taken and released between
   two looks (held under ``WATCH_INTERVAL``); a claim that met that key meanwhile is
-  released uncounted (below). A watch that breaks off (its connection lost) records no outcome: the
-  duty fails and evaluates the condition again at its next pass.
+  released uncounted (below). A watch that breaks off (its connection lost, a look
+  unanswered) records no outcome: the duty fails and evaluates the condition again at its
+  next pass.
 * **When the statement ends**: ``runner.pause_condition_v1`` lists its session's advisory
   locks, transaction-level ones included (they would go with the rollback, unseen), and
   fails the condition if it holds any new one.
 * **After the function**: the session-level ones are counted again (``advisory_locks_held``).
 
-While a condition runs, its session is a
-runner's condition session (``runner.condition_sessions_v1``: this connection's name, the
-runner's login, a young transaction): a run whose claim meets a key it holds is released
-uncounted (the executor's ``_key_held``), and the takeover duty does not end it as a squatter.
+While a condition runs, its session is a runner's condition session
+(``runner.condition_sessions_v1``: this connection's name, the runner's login, a young
+transaction): a run whose claim meets a key it holds is released uncounted (the executor's
+``_key_held``), and the takeover duty does not end it as a squatter.
 
 **On a hot standby** (``runner start --condition-url``, ``RUNNER_CONDITION_URL``). Advisory
 locks on a standby are the standby's own: a condition run there cannot touch a run key of
@@ -126,6 +127,7 @@ EVALUATION_TIMEOUT = 3.0  # seconds: one plan's whole evaluation (lock, describe
 EVERY = 5.0  # seconds between two evaluations of a plan's condition (across all runners)
 POLL = 1.0  # seconds between two looks for due conditions
 WATCH_INTERVAL = 0.05  # seconds between two looks at a running condition's advisory locks
+WATCH_JOIN = 2.0  # seconds the watch's last look may take once the statement is done
 BOOL_OID = 16
 PROMETHEUS = "prometheus:"  # pause_when holding a Prometheus instant query
 MAX_PROMETHEUS_BYTES = 256 * 1024
@@ -341,7 +343,9 @@ class Watcher:
             yield
         finally:
             done.set()
-            thread.join()
+            thread.join(WATCH_JOIN)
+            if thread.is_alive():
+                raise WatchLost(f"its last look did not answer within {WATCH_JOIN:g}s")
             if lost:
                 raise WatchLost(f"{type(lost[0]).__name__}: {_first_line(lost[0])}") from lost[0]
 
