@@ -57,7 +57,7 @@ from runner.settings import (
 )
 from runner.sqlfiles import queries
 from runner.store import ledger, migrate, pooler
-from runner.worker import lanes
+from runner.worker import conditions, lanes
 from runner.worker.conditions import PROMETHEUS as PROMETHEUS_CONDITION
 
 app = typer.Typer(
@@ -94,6 +94,15 @@ PrometheusOpt = Annotated[
         "--prometheus-url", envvar="RUNNER_PROMETHEUS_URL", show_envvar=True,
         help="the Prometheus that backfill pause conditions given as instant queries are asked "
              "(e.g. http://prometheus:9090)",
+    ),
+]
+ConditionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--condition-url", envvar="RUNNER_CONDITION_URL", show_envvar=True,
+        help="a hot standby of the ledger's database where backfill pause conditions' SQL runs "
+             "(its advisory locks cannot touch a run's key); the condition lock and the record "
+             "stay on the ledger",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -329,6 +338,7 @@ def start(
         help="the address the metrics endpoint listens on; it has no authentication, so the "
              "default is this machine only (0.0.0.0 or :: for every address)")] = "127.0.0.1",
     prometheus_url: PrometheusOpt = None,
+    condition_url: ConditionOpt = None,
     retention_default: Annotated[str | None, typer.Option(
         help='how long runs of jobs without retention= are kept: "30d" or '
              '\'{"succeeded": "30d", "failed": "180d"}\' (default: forever)')] = None,
@@ -377,6 +387,11 @@ def start(
         # lock session checks again when it opens and at every reconnect)
         pooler.check_session(conn)
         warning = None if choice.embedded else migrate.privilege_warning(conn)
+        if condition_url:
+            try:  # refused at start; checked again at every pass that uses it
+                conditions.open_standby(conn, condition_url).close()
+            except conditions.StandbyRefused as exc:
+                raise ConfigError(str(exc)) from None
         conn.close()
         if warning is not None:
             event(logging.getLogger("runner"), "privileged_login", logging.WARNING, detail=warning)
@@ -384,7 +399,8 @@ def start(
         if retention_default is not None:
             keep = _retention_option(retention_default)
         config = LoopConfig(workers=workers, max_inflight=max_inflight, poll_interval=poll_interval,
-                            grace=grace, prometheus_url=prometheus_url, async_workers=async_workers,
+                            grace=grace, prometheus_url=prometheus_url, condition_url=condition_url or None,
+                            async_workers=async_workers,
                             retention_default=keep, prune_interval=prune_interval,
                             lanes=served, lane_slots=tuple(slots.items()))
         metrics = Metrics()

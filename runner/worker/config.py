@@ -29,6 +29,7 @@ class LoopConfig:
     max_backlog: int = 0  # claims queued before fan-out of later slots waits; 0: 10 x claim_batch
     max_partitions: int = MAX_PARTITIONS  # per slot; more fails the slot (recorded, alerting)
     prometheus_url: str | None = None  # where backfill pause conditions' Prometheus queries go
+    condition_url: str | None = None  # a hot standby of the ledger where SQL pause conditions run
     async_workers: int = 0  # async def handlers running at once (runner/aio.py); 0 means workers
     retention_default: Retention | None = None  # jobs without retention=; None: never pruned
     prune_interval: float = 60.0  # seconds between passes of the retention duty

@@ -182,7 +182,7 @@ class Worker:
         # backfill pause conditions: untrusted SQL, never on the lock session
         on_own_connection("conditions", lambda: conditions.connect(url),
                           conditions.pass_of(self.owner.namespace, list(self.jobs),
-                                             self.config.prometheus_url),
+                                             self.config.prometheus_url, self.config.condition_url),
                           stop, conditions.POLL, first_now=True, on_failure=failed)
         # late ranges a runner left open (stopped or killed midway): resumed first, each with
         # the ruling it was given (runner.misfire_ranges)

@@ -45,6 +45,21 @@ WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
   AND NOT (l.objsubid = 2 AND l.classid = %(namespace)s::int::oid
            AND l.objid = ((-%(plan_id)s::int)::bigint & 4294967295)::oid)
 
+-- name: advisory_locks_of
+-- The advisory locks (held or awaited) of the condition session whose backend is `pid`,
+-- read from another connection while the condition's statement runs (runner/worker/
+-- conditions.py ``Watcher``): one identity per lock, its key and mode.
+SELECT concat_ws('/', l.classid, l.objid, l.objsubid, l.mode) AS lock
+FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.pid = %(pid)s
+
+-- name: ledger_place
+-- Where this ledger lives (runner.ledger_copy_v1's current identity) and whether this server
+-- is a hot standby: a condition standby (`runner start --condition-url`) must be in recovery
+-- and show the primary's system identifier and database oid (a physical copy of it).
+SELECT pg_is_in_recovery() AS in_recovery, c.system_identifier, c.database_oid
+FROM runner.ledger_copy_v1() c
+
 -- name: release_locks
 -- Every session-level advisory lock of this session (a condition may have taken some).
 SELECT pg_advisory_unlock_all()
