@@ -136,3 +136,27 @@ def test_each_committed_record_says_how_it_was_made(name: str) -> None:
     assert record["command"].startswith(("python scripts/bench/", "BENCH_KEEP_DB=1 python scripts/bench/"))
     if record["transcribed"]:
         assert "load" in record and record["source"]
+
+
+def test_scan_variants_reads_an_old_definition_from_a_revision_of_this_repository() -> None:
+    import scan_variants
+
+    # revision 0016_health's gap scan, a file the commit f5aa018 removed from the tree
+    old = scan_variants.read_definition("f5aa018^:sql/revisions/0016_health.missing_slots.sql")
+    assert old.startswith("-- runner.missing_slots: the gap scan.")
+    assert "CREATE OR REPLACE FUNCTION runner.missing_slots_v1(" in old
+    assert "CREATE OR REPLACE VIEW runner.missing_slots AS" in old
+    assert old != (ROOT / "sql" / "views" / "missing_slots.sql").read_text(encoding="utf-8")
+    live = scan_variants.read_definition("sql/views/missing_slots.sql")
+    assert live == (ROOT / "sql" / "views" / "missing_slots.sql").read_text(encoding="utf-8")
+
+
+def test_scan_variants_refuses_a_revision_it_cannot_read_in_one_line() -> None:
+    for spec, said in (("f5aa018^:sql/revisions/no_such.sql", "no_such.sql"),
+                       ("no-such-revision:sql/views/missing_slots.sql", "no-such-revision"),
+                       ("no_such_file.sql", "not REV:PATH")):
+        proc = subprocess.run([sys.executable, str(BENCH / "scan_variants.py"), spec, "sql/views/missing_slots.sql",
+                               "--dbs", "no_such_database"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (spec, proc.stderr[-2000:])
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"scan_variants.py: {spec}: "), proc.stderr
+        assert said in proc.stderr
