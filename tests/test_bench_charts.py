@@ -160,3 +160,23 @@ def test_scan_variants_refuses_a_revision_it_cannot_read_in_one_line() -> None:
         assert proc.returncode == 2, (spec, proc.stderr[-2000:])
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"scan_variants.py: {spec}: "), proc.stderr
         assert said in proc.stderr
+
+
+def test_each_chart_colours_every_series_and_draws_the_second_figure_behind_the_first() -> None:
+    # mermaid's default bars are a pale lavender on white and its lines join unrelated pages; each
+    # series gets a colour of the palette, and the plotted figure is drawn last, in front
+    for name, record in ((p.stem, benchrecord.load(p)) for p in sorted(benchrecord.DATA.glob("*.json"))):
+        chart = charts.render(record, f"{name}.json")
+        [palette] = re.findall(r'plotColorPalette: "([^"]+)"', chart)
+        plots = re.findall(r"^    (bar|line) \[(.*)\]$", chart, flags=re.MULTILINE)
+        assert len(palette.split(", ")) == len(plots), (name, palette, plots)
+        question = benchrecord.QUESTIONS[name]
+        if question.kind == "ratio":
+            assert [kind for kind, _ in plots] == ["bar", "line"] and set(plots[1][1].split(", ")) == {"1"}
+            continue
+        assert all(kind == "bar" for kind, _ in plots), f"{name}: a line across unrelated bars"
+        first = [r["values"][question.plot[0]] for r in record["figures"] if r["values"].get(question.plot[0]) is not None]
+        assert plots[-1][1] == ", ".join(charts._fmt(v) for v in first), f"{name}: the plotted figure is not in front"
+        assert palette.split(", ")[-1] == charts.DARK
+        if len(plots) > 1:
+            assert question.legend and question.legend[1:] in chart, f"{name}: the caption does not say which bar is which"

@@ -99,13 +99,23 @@ def _cell(fmt: str, values: list[float | None]) -> str:
     return " / ".join(s.removesuffix(unit) for s in shown[:-1]) + (" / " if len(shown) > 1 else "") + shown[-1]
 
 
+# mermaid's xychart draws its series in order, each on the last, and has no legend (the caption
+# says which is which): the second figure as light bars, the plotted one as dark bars in front,
+# a ratio chart's "no change" as a line at 1. More rows than fit under the bars: bars sideways.
+DARK, LIGHT, LINE = "#3949ab", "#9fa8da", "#e65100"
+WIDTH, HEIGHT, ROW, SIDEWAYS = 700, 400, 26, 6
+
+
 def render(record: dict[str, Any], data_name: str) -> str:
     """The chart file of one record: its table when rendered, a mermaid block, where it came from."""
     question = QUESTIONS[record["question"]]
     if question.kind == "ratio":
         labels, series, top = _ratios(record, question.plot)
+        plots = [("bar", DARK, series[0]), ("line", LINE, [1.0] * len(labels))]
     else:
         labels, series, top = _bars(record, question.plot)
+        plots = [*(("bar", LIGHT, values) for values in series[1:]), ("bar", DARK, series[0])]
+    sideways = len(labels) > SIDEWAYS
     day = record["date"][:10]
     rows = table(record)
     lines = [
@@ -113,17 +123,27 @@ def render(record: dict[str, Any], data_name: str) -> str:
         f"{data_name}: edit the data, not this file -->",
         *([*rows, ""] if rows else []),
         "```mermaid",
-        "xychart-beta" + (" horizontal" if len(labels) > 8 else ""),
+        "---",
+        "config:",
+        "  xyChart:",
+        f"    width: {WIDTH}",
+        f"    height: {max(HEIGHT, 80 + ROW * len(labels)) if sideways else HEIGHT}",
+        "  themeVariables:",
+        "    xyChart:",
+        f'      plotColorPalette: "{", ".join(color for _, color, _ in plots)}"',
+        "---",
+        "xychart-beta" + (" horizontal" if sideways else ""),
         f'    title "{_text(question.title)} ({day})"',
         "    x-axis [" + ", ".join(f'"{_text(label)}"' for label in labels) + "]",
         f'    y-axis "{_text(question.y_label)}" 0 --> {_nice(top)}',
+        *(f"    {kind} [" + ", ".join(_fmt(v) for v in values) + "]" for kind, _, values in plots),
+        "```",
     ]
-    for i, values in enumerate(series):
-        lines.append(f"    {'bar' if i == 0 else 'line'} [" + ", ".join(_fmt(v) for v in values) + "]")
-    lines.append("```")
     origin = "transcribed from the benchmark archive" if record["transcribed"] else "recorded"
+    shown = len(series) > 1 or question.kind == "ratio"
+    legend = f"{question.legend[0].upper()}{question.legend[1:]}. " if question.legend and shown else ""
     lines.append("")
-    lines.append(f"<small>Chart of `{record['command']}`, {origin} ({record['date']}); data:"
+    lines.append(f"<small>{legend}Chart of `{record['command']}`, {origin} ({record['date']}); data:"
                  f" `docs/benchmarks/data/{data_name}`.</small>")
     return "\n".join(lines) + "\n"
 
@@ -131,7 +151,7 @@ def render(record: dict[str, Any], data_name: str) -> str:
 def _bars(record: dict[str, Any], plot: tuple[str, ...]) -> tuple[list[str], list[list[float]], float]:
     rows = [r for r in record["figures"] if r["values"].get(plot[0]) is not None]
     series = [[r["values"][plot[0]] for r in rows]]
-    for name in plot[1:]:  # a line only where every plotted row has its value
+    for name in plot[1:]:  # light bars only where every plotted row has the value
         values = [r["values"].get(name) for r in rows]
         if all(v is not None for v in values):
             series.append(values)
