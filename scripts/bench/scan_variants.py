@@ -110,7 +110,9 @@ def main() -> None:
         "gapscan", f"count(*) of runner.missing_slots with {new}, median of {args.rounds} rounds (fastest of 3 each)",
         "ms", [{"label": f"{benchrecord.size_label(rows[d])} runs", "values": {
             "rows": rows[d], "scan_ms": out[d][new]["median_ms"], "listed": out[d][new]["listed"],
-            **_buffers(out[d][new]["buffers"])}, "old": {"file": names[0], "scan_ms": out[d][names[0]]["median_ms"]}}
+            **_buffers(out[d][new]["buffers"]), "x_first": summary[d][f"{new}_over_{first}"],
+            "old_scan_ms": out[d][names[0]]["median_ms"], "new_over_old": summary[d]["new_over_old"]},
+            "old": names[0]}
             for d in args.dbs]))
 
 
