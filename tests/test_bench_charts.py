@@ -170,6 +170,7 @@ def test_each_chart_colours_every_series_and_draws_the_second_figure_behind_the_
         [palette] = re.findall(r'plotColorPalette: "([^"]+)"', chart)
         plots = re.findall(r"^    (bar|line) \[(.*)\]$", chart, flags=re.MULTILINE)
         assert len(palette.split(", ")) == len(plots), (name, palette, plots)
+        assert f'themeCSS: "{charts.TEXT_CSS}"' in chart, f"{name}: texts the dark scheme colours white on white"
         question = benchrecord.QUESTIONS[name]
         if question.kind == "ratio":
             assert [kind for kind, _ in plots] == ["bar", "line"] and set(plots[1][1].split(", ")) == {"1"}
