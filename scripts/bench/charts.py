@@ -37,7 +37,7 @@ YES_NO = "yes/no"  # a 1/0 value, shown as a word
 COLUMNS: dict[str, list[tuple[str, str, str]]] = {
     "throughput": [("runs/s", "runs_per_s", "{:,.0f}"), ("× runner", "x_runner", "{:.2f}")],
     "console": [("median", "median_ms", "{:.1f} ms"), ("max", "max_ms", "{:.1f} ms")],
-    "wide": [("p50", "p50_ms", "{:.0f} ms"), ("p99", "p99_ms", "{:.0f} ms"), ("max", "max_ms", "{:.0f} ms"),
+    "wide": [("p50", "p50_ms", "{:,.0f} ms"), ("p99", "p99_ms", "{:,.0f} ms"), ("max", "max_ms", "{:,.0f} ms"),
              ("p99 / the baseline's", "x_baseline_p99", "{:.2f}"), ("every run within 1 s", "all_within_1s", YES_NO),
              ("backends, most at once", "backends_most", "{:.0f}")],
     "gapscan": [("ledger rows", "rows", "{:,.0f}"), ("rows listed", "listed", "{:,.0f}"), ("gap scan", "scan_ms", "{:.1f} ms"),
@@ -114,13 +114,15 @@ def _cell(fmt: str, values: list[float | None]) -> str:
 
 # mermaid's xychart draws its series in order, each on the last, and has no legend (the caption
 # says which is which): the second figure as light bars, the plotted one as dark bars in front,
-# a ratio chart's "no change" as a line at 1. More rows than fit under the bars: bars sideways.
+# a ratio chart's "no change" as a line at 1. More rows or longer labels than fit under the
+# bars: bars sideways.
 DARK, LIGHT, LINE = "#3949ab", "#9fa8da", "#e65100"
 # The chart is drawn on white in both of the site's schemes; the theme's mermaid styles colour a
 # text that is the last of its group (the title, the axes' titles, their last labels) in the
 # scheme's label colour, which in the dark scheme is white on white: every text stays dark.
 TEXT_CSS = "text { fill: #333333; }"
 WIDTH, HEIGHT, ROW, SIDEWAYS = 700, 400, 26, 6
+LABEL_ROOM = 75  # characters of labels that fit under the bars (the wide chart's baseline label did not)
 
 
 def render(record: dict[str, Any], data_name: str) -> str:
@@ -132,7 +134,7 @@ def render(record: dict[str, Any], data_name: str) -> str:
     else:
         labels, series, top = _bars(record, question.plot)
         plots = [*(("bar", LIGHT, values) for values in series[1:]), ("bar", DARK, series[0])]
-    sideways = len(labels) > SIDEWAYS
+    sideways = len(labels) > SIDEWAYS or max(map(len, labels)) * len(labels) > LABEL_ROOM
     day = record["date"][:10]
     rows = table(record)
     lines = [
