@@ -136,3 +136,48 @@ def test_each_committed_record_says_how_it_was_made(name: str) -> None:
     assert record["command"].startswith(("python scripts/bench/", "BENCH_KEEP_DB=1 python scripts/bench/"))
     if record["transcribed"]:
         assert "load" in record and record["source"]
+
+
+def test_scan_variants_reads_an_old_definition_from_a_revision_of_this_repository() -> None:
+    import scan_variants
+
+    # revision 0016_health's gap scan, a file the commit f5aa018 removed from the tree
+    old = scan_variants.read_definition("f5aa018^:sql/revisions/0016_health.missing_slots.sql")
+    assert old.startswith("-- runner.missing_slots: the gap scan.")
+    assert "CREATE OR REPLACE FUNCTION runner.missing_slots_v1(" in old
+    assert "CREATE OR REPLACE VIEW runner.missing_slots AS" in old
+    assert old != (ROOT / "sql" / "views" / "missing_slots.sql").read_text(encoding="utf-8")
+    live = scan_variants.read_definition("sql/views/missing_slots.sql")
+    assert live == (ROOT / "sql" / "views" / "missing_slots.sql").read_text(encoding="utf-8")
+
+
+def test_scan_variants_refuses_a_revision_it_cannot_read_in_one_line() -> None:
+    for spec, said in (("f5aa018^:sql/revisions/no_such.sql", "no_such.sql"),
+                       ("no-such-revision:sql/views/missing_slots.sql", "no-such-revision"),
+                       ("no_such_file.sql", "not REV:PATH")):
+        proc = subprocess.run([sys.executable, str(BENCH / "scan_variants.py"), spec, "sql/views/missing_slots.sql",
+                               "--dbs", "no_such_database"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (spec, proc.stderr[-2000:])
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"scan_variants.py: {spec}: "), proc.stderr
+        assert said in proc.stderr
+
+
+def test_each_chart_colours_every_series_and_draws_the_second_figure_behind_the_first() -> None:
+    # mermaid's default bars are a pale lavender on white and its lines join unrelated pages; each
+    # series gets a colour of the palette, and the plotted figure is drawn last, in front
+    for name, record in ((p.stem, benchrecord.load(p)) for p in sorted(benchrecord.DATA.glob("*.json"))):
+        chart = charts.render(record, f"{name}.json")
+        [palette] = re.findall(r'plotColorPalette: "([^"]+)"', chart)
+        plots = re.findall(r"^    (bar|line) \[(.*)\]$", chart, flags=re.MULTILINE)
+        assert len(palette.split(", ")) == len(plots), (name, palette, plots)
+        assert f'themeCSS: "{charts.TEXT_CSS}"' in chart, f"{name}: texts the dark scheme colours white on white"
+        question = benchrecord.QUESTIONS[name]
+        if question.kind == "ratio":
+            assert [kind for kind, _ in plots] == ["bar", "line"] and set(plots[1][1].split(", ")) == {"1"}
+            continue
+        assert all(kind == "bar" for kind, _ in plots), f"{name}: a line across unrelated bars"
+        first = [r["values"][question.plot[0]] for r in record["figures"] if r["values"].get(question.plot[0]) is not None]
+        assert plots[-1][1] == ", ".join(charts._fmt(v) for v in first), f"{name}: the plotted figure is not in front"
+        assert palette.split(", ")[-1] == charts.DARK
+        if len(plots) > 1:
+            assert question.legend and question.legend[1:] in chart, f"{name}: the caption does not say which bar is which"

@@ -1,7 +1,7 @@
 """The gap scan and pruning on ledgers kept by ledger_age.py, alternating, with buffer counts.
 
     BENCH_KEEP_DB=1 python scripts/bench/ledger_age.py --rows 1000000 10000000 30000000
-    python scripts/bench/age_recheck.py [--clean] [--dsn DSN] [--log FILE]
+    python scripts/bench/age_recheck.py [--clean | --clean-only] [--dbs DB ...] [--dsn DSN] [--log FILE]
 
 --clean first removes the bench's own live jobs (lag-*, fanout: they go on accruing
 never-started slots after the measurement), vacuums and advances the watermarks. Then three
@@ -9,6 +9,8 @@ rounds over bench_ledger_age_{1000000,10000000,30000000}: count(*) of runner.mis
 three times (the fastest kept) and runner.prune_v1(5000) four times; buffer counts (hit,
 read) of one scan and one pass from the server log through auto_explain (the server's log
 file must be readable: /var/log/postgresql here). Prints JSON. Changes the ledgers (prunes).
+--clean-only cleans and stops there (before scan_variants.py on the kept ledgers); --dbs names
+the ledgers (default the three above).
 
 --dsn names the server of the ledgers (as ledger_age.py's --dsn; its database is replaced by
 each ledger's; default the one on 5432), --log that server's log file (default the newest
@@ -58,12 +60,18 @@ def main() -> None:
     global DSN, LOG
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clean", action="store_true", help="remove the bench's live jobs, vacuum, advance first")
+    parser.add_argument("--clean-only", action="store_true", help="clean (as --clean) and measure nothing")
+    parser.add_argument("--dbs", nargs="+", default=DBS, help="the kept ledgers (default: %(default)s)")
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="a DSN of the ledgers' server (its database is replaced)")
     parser.add_argument("--log", help="that server's log file (default: the newest /var/log/postgresql/*.log)")
     args = parser.parse_args()
-    DSN, LOG = args.dsn, args.log or newest_server_log()
-    if args.clean:
+    DSN = args.dsn
+    DBS[:] = args.dbs
+    if args.clean or args.clean_only:
         clean()
+    if args.clean_only:
+        return
+    LOG = args.log or newest_server_log()
     out: dict[str, dict[str, Any]] = {d: {"gap_ms": [], "prune_rps": []} for d in DBS}
     conns = {d: psycopg.connect(url(d), autocommit=True) for d in DBS}
     for c in conns.values():

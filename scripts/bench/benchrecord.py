@@ -42,8 +42,9 @@ class Question:
     script: str
     title: str
     y_label: str
-    plot: tuple[str, ...]  # the values plotted: the first as bars, the others as lines
+    plot: tuple[str, ...]  # the values plotted: the first as dark bars, the others as light bars behind them
     kind: str = "bars"  # "bars": one x position per figure row; "ratio": one per value, last row / first
+    legend: str = ""  # what the dark and the light bars are, when there are both
 
 
 QUESTIONS: dict[str, Question] = {
@@ -52,25 +53,28 @@ QUESTIONS: dict[str, Question] = {
         "No-op runs per second, two processes", "runs/s", ("runs_per_s",)),
     "lag": Question(
         "How late does a slot start, by how many jobs share it?", "runner_lag.py",
-        "Slot start lag p99, ms (bars: attempt started; line: handler entered)", "ms",
-        ("p99_ms", "entered_p99_ms")),
+        "Slot start lag p99", "ms", ("p99_ms", "entered_p99_ms"),
+        legend="dark: the attempt started (the ledger); light, behind: the handler entered"),
     "wide": Question(
         "How fast does a wide instant start?", "wide_instants.py",
-        "Start lag of the runs due at one instant, ms (bars: p99; line: max)", "ms", ("p99_ms", "max_ms")),
+        "Start lag of 10,000 runs due at one instant", "ms", ("p99_ms", "max_ms"),
+        legend="dark: p99; light, behind: max"),
     "gapscan": Question(
         "Does the gap scan cost grow with the ledger?", "scan_variants.py",
-        "Gap scan by ledger size, ms", "ms", ("scan_ms",)),
+        "Gap scan by ledger size", "ms", ("scan_ms",)),
     "console": Question(
         "How fast are the console's pages?", "web_latency.py",
-        "Console pages, ms (bars: median; line: max)", "ms", ("median_ms", "max_ms")),
+        "Console pages", "ms", ("median_ms", "max_ms"),
+        legend="dark: median; light, behind: max"),
     "ledger_age": Question(
         "Does the runner slow down as the ledger ages?", "ledger_age.py",
-        "Largest ledger against the smallest, each figure (1.0: no change)", "× smallest",
+        "Largest ledger over the smallest", "× smallest",
         ("claim_runs_per_s", "live_lag_p99_ms", "prune_runs_per_s", "status_cmd_s", "runs_job_cmd_s",
-         "alerts_sql_s", "gap_scan_s", "bytes_per_m"), kind="ratio"),
+         "alerts_sql_s", "gap_scan_s", "bytes_per_m"), kind="ratio",
+        legend="each figure on the largest ledger over the same on the smallest; the line at 1: no change"),
     "takeover": Question(
         "How fast is a dead owner replaced?", "takeover_resources.py",
-        "Takeover after kill -9, s (the poll interval is 1 s)", "s", ("takeover_s",)),
+        "Takeover after kill -9 (poll interval 1 s)", "s", ("takeover_s",)),
 }
 
 

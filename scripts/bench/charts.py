@@ -30,13 +30,22 @@ NAMES = {
 }
 
 
+YES_NO = "yes/no"  # a 1/0 value, shown as a word
+
 # The questions whose table is rendered too (the others' tables hold figures their data do not:
 # ranges over invocations, the peers' columns). Bars: one row per figure, (header, value, format).
 COLUMNS: dict[str, list[tuple[str, str, str]]] = {
     "throughput": [("runs/s", "runs_per_s", "{:,.0f}"), ("× runner", "x_runner", "{:.2f}")],
     "console": [("median", "median_ms", "{:.1f} ms"), ("max", "max_ms", "{:.1f} ms")],
+    "wide": [("p50", "p50_ms", "{:,.0f} ms"), ("p99", "p99_ms", "{:,.0f} ms"), ("max", "max_ms", "{:,.0f} ms"),
+             ("p99 / the baseline's", "x_baseline_p99", "{:.2f}"), ("every run within 1 s", "all_within_1s", YES_NO),
+             ("backends, most at once", "backends_most", "{:.0f}")],
+    "gapscan": [("ledger rows", "rows", "{:,.0f}"), ("rows listed", "listed", "{:,.0f}"), ("gap scan", "scan_ms", "{:.1f} ms"),
+                ("× the first ledger", "x_first", "{:.2f}"), ("buffers hit", "buffers_hit", "{:,.0f}"),
+                ("buffers read", "buffers_read", "{:,.0f}"), ("old definition", "old_scan_ms", "{:.1f} ms"),
+                ("new / old", "new_over_old", "{:.2f}")],
 }
-FIRST = {"throughput": "target", "console": "page"}
+FIRST = {"throughput": "target", "console": "page", "wide": "shape", "gapscan": "ledger"}
 # Ratio: one row per figure, one column per ledger size, then the largest over the smallest.
 # A row whose smallest ledger does not compare (recipes of "the last 7 days" on 3 days of runs)
 # is set against the second smallest: its last field is the row it is set against.
@@ -48,7 +57,7 @@ ROWS: dict[str, list[tuple[str, tuple[str, ...], str, float, int]]] = {
         ("`runner status --json` (wall)", ("status_cmd_s",), "{:.2f} s", 1, 0),
         ("`runner runs --job J --json` (wall)", ("runs_job_cmd_s",), "{:.2f} s", 1, 0),
         ("`SELECT * FROM runner.alerts`", ("alerts_sql_s",), "{:.2f} s", 1, 0),
-        ("gap scan, `count(*)` of `runner.missing_slots`", ("gap_scan_s",), "{:.1f} ms", 1000, 0),
+        ("gap scan, `count(*)` of `runner.missing_slots`", ("gap_scan_s",), "{:,.1f} ms", 1000, 0),
         ("on-call recipes 4 / 7 (the last 7 days)", ("recipe_4_s", "recipe_7_s"), "{:.0f} ms", 1000, 1),
         ("bytes per million runs (runs + attempts, tables + indexes)", ("bytes_per_m",), "{:.0f} MB", 1e-6, 0),
     ],
@@ -79,7 +88,9 @@ def table(record: dict[str, Any]) -> list[str]:
             cells = [_cell(fmt, [_scaled(row["values"].get(k), scale) for k in keys]) for row in figures]
             ratio = " / ".join(f"{last[k] / first[k]:.2f}" if first.get(k) and last.get(k) is not None else ""
                                for k in keys)
-            if base:
+            if base == len(figures) - 1:
+                ratio = ""  # nothing larger to set it against (two sizes, the smaller does not compare)
+            elif base:
                 ratio = f"{figures[base]['label']} → {figures[-1]['label']}: {ratio}"
             lines.append(f"| {title} | " + " | ".join(cells) + f" | {ratio} |")
         return lines
@@ -94,9 +105,24 @@ def _cell(fmt: str, values: list[float | None]) -> str:
     """One cell; several values share the unit at its end (`340 / 211 ms`)."""
     if all(v is None for v in values):
         return ""
+    if fmt == YES_NO:
+        return " / ".join("" if v is None else "yes" if v else "no" for v in values)
     shown = [fmt.format(v) if v is not None else "-" for v in values]
     unit = fmt.split("}", 1)[1]
     return " / ".join(s.removesuffix(unit) for s in shown[:-1]) + (" / " if len(shown) > 1 else "") + shown[-1]
+
+
+# mermaid's xychart draws its series in order, each on the last, and has no legend (the caption
+# says which is which): the second figure as light bars, the plotted one as dark bars in front,
+# a ratio chart's "no change" as a line at 1. More rows or longer labels than fit under the
+# bars: bars sideways.
+DARK, LIGHT, LINE = "#3949ab", "#9fa8da", "#e65100"
+# The chart is drawn on white in both of the site's schemes; the theme's mermaid styles colour a
+# text that is the last of its group (the title, the axes' titles, their last labels) in the
+# scheme's label colour, which in the dark scheme is white on white: every text stays dark.
+TEXT_CSS = "text { fill: #333333; }"
+WIDTH, HEIGHT, ROW, SIDEWAYS = 700, 400, 26, 6
+LABEL_ROOM = 75  # characters of labels that fit under the bars (the wide chart's baseline label did not)
 
 
 def render(record: dict[str, Any], data_name: str) -> str:
@@ -104,8 +130,11 @@ def render(record: dict[str, Any], data_name: str) -> str:
     question = QUESTIONS[record["question"]]
     if question.kind == "ratio":
         labels, series, top = _ratios(record, question.plot)
+        plots = [("bar", DARK, series[0]), ("line", LINE, [1.0] * len(labels))]
     else:
         labels, series, top = _bars(record, question.plot)
+        plots = [*(("bar", LIGHT, values) for values in series[1:]), ("bar", DARK, series[0])]
+    sideways = len(labels) > SIDEWAYS or max(map(len, labels)) * len(labels) > LABEL_ROOM
     day = record["date"][:10]
     rows = table(record)
     lines = [
@@ -113,25 +142,44 @@ def render(record: dict[str, Any], data_name: str) -> str:
         f"{data_name}: edit the data, not this file -->",
         *([*rows, ""] if rows else []),
         "```mermaid",
-        "xychart-beta" + (" horizontal" if len(labels) > 8 else ""),
+        "---",
+        "config:",
+        f'  themeCSS: "{TEXT_CSS}"',
+        "  xyChart:",
+        f"    width: {WIDTH}",
+        f"    height: {max(HEIGHT, 80 + ROW * len(labels)) if sideways else HEIGHT}",
+        "  themeVariables:",
+        "    xyChart:",
+        f'      plotColorPalette: "{", ".join(color for _, color, _ in plots)}"',
+        "---",
+        "xychart-beta" + (" horizontal" if sideways else ""),
         f'    title "{_text(question.title)} ({day})"',
         "    x-axis [" + ", ".join(f'"{_text(label)}"' for label in labels) + "]",
         f'    y-axis "{_text(question.y_label)}" 0 --> {_nice(top)}',
+        *(f"    {kind} [" + ", ".join(_fmt(v) for v in values) + "]" for kind, _, values in plots),
+        "```",
     ]
-    for i, values in enumerate(series):
-        lines.append(f"    {'bar' if i == 0 else 'line'} [" + ", ".join(_fmt(v) for v in values) + "]")
-    lines.append("```")
     origin = "transcribed from the benchmark archive" if record["transcribed"] else "recorded"
+    shown = len(series) > 1 or question.kind == "ratio"
+    legend = f"{question.legend[0].upper()}{question.legend[1:]}. " if question.legend and shown else ""
     lines.append("")
-    lines.append(f"<small>Chart of `{record['command']}`, {origin} ({record['date']}); data:"
-                 f" `docs/benchmarks/data/{data_name}`.</small>")
+    lines.append(f"<small>{legend}Chart of `{record['command']}`, {origin} ({record['date']}{_load(record)});"
+                 f" data: `docs/benchmarks/data/{data_name}`.</small>")
     return "\n".join(lines) + "\n"
+
+
+def _load(record: dict[str, Any]) -> str:
+    """The machine's 1-minute load average at the start and at the end, as the caption gives it."""
+    load = record.get("load")
+    if isinstance(load, dict) and load.get("start") and load.get("end"):
+        return f", load {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end"
+    return f", load {load}" if isinstance(load, str) else ""
 
 
 def _bars(record: dict[str, Any], plot: tuple[str, ...]) -> tuple[list[str], list[list[float]], float]:
     rows = [r for r in record["figures"] if r["values"].get(plot[0]) is not None]
     series = [[r["values"][plot[0]] for r in rows]]
-    for name in plot[1:]:  # a line only where every plotted row has its value
+    for name in plot[1:]:  # light bars only where every plotted row has the value
         values = [r["values"].get(name) for r in rows]
         if all(v is not None for v in values):
             series.append(values)

@@ -1,9 +1,11 @@
 """Two versions of the gap scan's function on the same ledgers, interleaved.
 
-    python scripts/bench/scan_variants.py OLD.sql NEW.sql [--rounds 5] [--dbs DB ...]
+    python scripts/bench/scan_variants.py OLD NEW [--rounds 5] [--dbs DB ...]
 
-Each file is a definition of runner.missing_slots_v1 (e.g. an older one taken from the git history,
-`git show REV:sql/views/missing_slots.sql > old.sql`, and the live sql/views/missing_slots.sql). On each ledger (by default the three
+OLD and NEW each define runner.missing_slots_v1 and the view over it: a file, or REV:PATH, the
+file PATH as of git revision REV of this repository, read with `git show` (e.g.
+`f5aa018^:sql/revisions/0016_health.missing_slots.sql`, the definition of revision 0016_health,
+against the live `sql/views/missing_slots.sql`). On each ledger (by default the three
 kept by `BENCH_KEEP_DB=1 scripts/bench/ledger_age.py`, or seeded with its --seed-only), each
 round applies each file in turn and times `SELECT count(*) FROM runner.missing_slots` (the
 fastest of 3), then counts the buffers of one scan (auto_explain's nested plan in the server
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +32,7 @@ from benchlib import auto_explain_buffers, newest_server_log
 from psycopg.conninfo import make_conninfo
 
 SCAN = "SELECT count(*) FROM runner.missing_slots"
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DBS = ["bench_ledger_age_1000000", "bench_ledger_age_10000000", "bench_ledger_age_30000000"]
 
 
@@ -39,17 +43,38 @@ def _buffers(buffers: Any) -> dict[str, Any]:
     return {}
 
 
+def read_definition(spec: str) -> str:
+    """The SQL of `spec`: an existing file, else REV:PATH read from this repository's history."""
+    if Path(spec).is_file():
+        return Path(spec).read_text()
+    rev, sep, path = spec.partition(":")
+    if not sep or not rev or not path:
+        raise ValueError(f"{spec}: no such file, and not REV:PATH (a git revision and a path in it)")
+    out = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True)
+    if out.returncode != 0:
+        why = (out.stderr.strip().splitlines() or ["git show failed"])[-1]
+        raise ValueError(f"{spec}: {why.removeprefix('fatal: ')}")
+    return out.stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs=2, metavar="FILE", help="OLD and NEW definitions of runner.missing_slots_v1")
+    parser.add_argument("files", nargs=2, metavar="FILE",
+                        help="OLD and NEW definitions of runner.missing_slots_v1: a file or REV:PATH (git show)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dbs", nargs="+", default=DEFAULT_DBS)
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--log", default=None)
     benchrecord.add_option(parser)
     args = parser.parse_args()
+    if args.files[0] == args.files[1]:
+        parser.error("OLD and NEW are the same definition")
+    try:  # the labels are the arguments as given: an old revision of a file has the live file's name
+        sources = {f: read_definition(f) for f in args.files}
+    except (OSError, ValueError) as exc:
+        print(f"scan_variants.py: {exc}", file=sys.stderr)
+        sys.exit(2)
     log = args.log or newest_server_log()
-    sources = {Path(f).name: Path(f).read_text() for f in args.files}
     names = list(sources)
     conns = {d: psycopg.connect(make_conninfo(args.dsn, dbname=d), autocommit=True) for d in args.dbs}
     out: dict[str, dict[str, dict[str, Any]]] = {d: {n: {"ms": []} for n in names} for d in args.dbs}
@@ -85,7 +110,9 @@ def main() -> None:
         "gapscan", f"count(*) of runner.missing_slots with {new}, median of {args.rounds} rounds (fastest of 3 each)",
         "ms", [{"label": f"{benchrecord.size_label(rows[d])} runs", "values": {
             "rows": rows[d], "scan_ms": out[d][new]["median_ms"], "listed": out[d][new]["listed"],
-            **_buffers(out[d][new]["buffers"])}, "old": {"file": names[0], "scan_ms": out[d][names[0]]["median_ms"]}}
+            **_buffers(out[d][new]["buffers"]), "x_first": summary[d][f"{new}_over_{first}"],
+            "old_scan_ms": out[d][names[0]]["median_ms"], "new_over_old": summary[d]["new_over_old"]},
+            "old": names[0]}
             for d in args.dbs]))
 
 

@@ -236,12 +236,21 @@ def main() -> None:
                   f"RSS MB idle {r['rss_idle_mb']} peak {r['rss_peak_mb']}, extra attempts {r['extra_attempts']}",
                   file=sys.stderr)
     keys = ("p50_ms", "p99_ms", "max_ms", "backends_most")
+    base_p99 = statistics.median(r["p99_ms"] for r in base) if base else None
+    figures: list[dict[str, Any]] = [
+        {"label": shape, "values": {**{k: statistics.median(r[k] for r in runs) for k in keys},
+                                    "all_within_1s": float(all(r["within_1s"] == r["expected_runs"] for r in runs)),
+                                    "x_baseline_p99": statistics.median(r["p99_ms"] for r in runs) / base_p99
+                                    if base_p99 else None},
+         "samples_p99_ms": [r["p99_ms"] for r in runs]} for shape, runs in samples.items()]
+    if base:  # the same rounds' runner_lag.py figure, the baseline the shapes are set against
+        figures.append({"label": f"{args.baseline:,} jobs every second (baseline)",
+                        "values": {k: statistics.median(r[k] for r in base) for k in ("p50_ms", "p99_ms", "max_ms")}
+                        | {"x_baseline_p99": 1.0}, "samples_p99_ms": [r["p99_ms"] for r in base]})
     benchrecord.write(args.record, benchrecord.make(
         "wide", f"start lag of the runs due at one instant, shapes JOBSxPARTITIONS, {args.processes} runner start"
-        f" --workers {args.workers} --max-inflight {args.max_inflight}; medians of {args.repeat} rounds", "ms",
-        [{"label": shape, "values": {**{k: statistics.median(r[k] for r in runs) for k in keys},
-                                      "all_within_1s": float(all(r["within_1s"] == r["expected_runs"] for r in runs))},
-          "samples_p99_ms": [r["p99_ms"] for r in runs]} for shape, runs in samples.items()]))
+        f" --workers {args.workers} --max-inflight {args.max_inflight}; medians of {args.repeat} rounds"
+        + (f"; baseline: {args.baseline:,} jobs every second in the same rounds" if base else ""), "ms", figures))
     if args.json:
         print(json.dumps({"environment": env, "baseline": base, "shapes": samples}, indent=2, default=str))
         return
