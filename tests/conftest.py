@@ -28,7 +28,6 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pytest_postgresql import factories
-from pytest_postgresql.janitor import DatabaseJanitor
 
 # A zone with a 45-minute offset: naive/UTC confusions show up at once.
 os.environ["TZ"] = "Asia/Kathmandu"
@@ -162,16 +161,16 @@ def db_url(clone_pool: Any) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def shared_db_url(postgresql_server: Any) -> Iterator[str]:
-    janitor = DatabaseJanitor(
-        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
-        dbname=f"runner_test_shared_{os.getpid()}", template_dbname=postgresql_server.template_dbname,
-        password=SERVER["password"],
-    )
-    janitor.drop()
-    with janitor:
-        own_identity(url_for(f"runner_test_shared_{os.getpid()}"))
-        yield url_for(f"runner_test_shared_{os.getpid()}")
+def shared_db_url(postgresql_server: Any, clone_pool: Any) -> Iterator[str]:
+    """The database the ``tx`` tests share; dropped with the clone pool's leftovers, at once
+    (every DROP DATABASE waits for a checkpoint: tests/clonepool.py)."""
+    name = f"runner_test_shared_{os.getpid()}"
+    clone_pool.create(name, postgresql_server.template_dbname)
+    try:
+        own_identity(url_for(name))
+        yield url_for(name)
+    finally:
+        clone_pool.give_back(name)
 
 
 @pytest.fixture
@@ -189,15 +188,14 @@ def tx(shared_db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-def empty_db_url() -> Iterator[str]:
-    """A fresh database with no runner schema at all."""
-    janitor = DatabaseJanitor(
-        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
-        dbname=f"runner_test_empty_{os.getpid()}", password=SERVER["password"],
-    )
-    janitor.drop()
-    with janitor:
-        yield url_for(f"runner_test_empty_{os.getpid()}")
+def empty_db_url(clone_pool: Any) -> Iterator[str]:
+    """A fresh database with no runner schema at all, dropped behind the test (by the clone
+    pool, whose drops never hold up a test)."""
+    name = clone_pool.create_empty()
+    try:
+        yield url_for(name)
+    finally:
+        clone_pool.give_back(name)
 
 
 @pytest.fixture(scope="session")
