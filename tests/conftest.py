@@ -50,12 +50,27 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """The tests marked ``slow`` (real runner fleets for tens of seconds: the model test, the
-    fault tier) run first, the others in their order. With ``-n 2 --dist worksteal`` each
-    worker takes half of the list and an idle one steals from the end of the other's queue:
-    a long test first in a queue runs from the start beside the short ones, where one left
-    near the end of a queue (or stolen late) ran alone while the other worker had nothing
-    left to do."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    fault tier, the tutorial) start first, on every worker at once. With ``-n N --dist
+    worksteal`` the first deal gives each worker a run of the list (the first
+    ``len // N``, then a share of the rest), and a worker that runs dry steals from the end of
+    another's queue: so the slow tests are dealt one by one to the head of each worker's run
+    and the others follow in their order. Every worker then starts on a long test beside the
+    short ones, and what is left to steal at the end is short; with the slow tests all at the
+    head of the list, one worker ran them one after another while the others took its short
+    ones, and a long one stolen late ran alone at the end. Without xdist: slow tests first."""
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    runs: list[list[Any]] = [[] for _ in range(workers)]
+    for i, item in enumerate(slow):
+        runs[i % workers].append(item)
+    left = len(items)
+    for k, run in enumerate(runs):  # xdist's worksteal: each idle worker gets len(pending) // idle
+        size = left // (workers - k)
+        left -= size
+        while len(run) < size and rest:
+            run.append(rest.pop(0))
+    items[:] = [item for run in runs for item in run] + rest
 
 
 def _server() -> dict[str, Any]:
