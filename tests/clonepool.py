@@ -12,7 +12,10 @@ with other writes. The pool also drops the databases the conftest makes otherwis
 one per test that wants it, the session's shared one), so no test and no fixture waits for a
 drop; and drops that are waiting together run together, on connections of their own, so that
 one checkpoint serves them all (PostgreSQL runs one at a time, and a drop waits only for one
-begun after it asked), at the end of the session as during it.
+begun after it asked). So the pool drops in batches of ``DROP_BATCH`` (and everything left
+when asked to settle, and at the end): a checkpoint per test's database kept the server
+checkpointing all the time, and after each checkpoint the first change to every page
+writes the whole page to the WAL again.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+DROP_BATCH = 8  # databases handed back before the pool drops them, together
+MAX_TOGETHER = 16  # drops at once (each on a connection of its own)
 
 
 class ClonePool:
@@ -46,6 +52,7 @@ class ClonePool:
         self._drop_error: BaseException | None = None  # raised by close()
         self._stopping = False
         self._dropping = False
+        self._settling = 0  # callers of settle(): drop what is handed back without a batch
         self._cond = threading.Condition()
         # two threads: a drop may wait for a checkpoint on a busy server, and the next clone
         # must not wait behind it
@@ -89,7 +96,12 @@ class ClonePool:
         """Wait until every database handed back is dropped (the session's roles are dropped
         after their databases: tests/dbroles.py)."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._drops and not self._dropping, timeout=timeout)
+            self._settling += 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: not self._drops and not self._dropping, timeout=timeout)
+            finally:
+                self._settling -= 1
 
     def close(self) -> None:
         with self._cond:
@@ -130,7 +142,8 @@ class ClonePool:
         try:
             while True:
                 with self._cond:
-                    self._cond.wait_for(lambda: self._stopping or bool(self._drops))
+                    self._cond.wait_for(lambda: self._stopping or len(self._drops) >= DROP_BATCH
+                                        or (self._settling > 0 and bool(self._drops)))
                     if not self._drops:
                         return
                     names = list(self._drops)
@@ -168,8 +181,13 @@ def _drop(admin: psycopg.Connection[Any], name: str) -> None:
 
 
 def _drop_together(admin_url: str, names: list[str]) -> None:
-    """Drop ``names`` at the same time, each on a connection of its own: their checkpoints
-    coincide. Raises the first error, once every drop has ended."""
+    """Drop ``names`` at the same time (``MAX_TOGETHER`` at most), each on a connection of
+    its own: their checkpoints coincide. Raises the first error, once every drop has ended."""
+    for i in range(0, len(names), MAX_TOGETHER):
+        _drop_at_once(admin_url, names[i:i + MAX_TOGETHER])
+
+
+def _drop_at_once(admin_url: str, names: list[str]) -> None:
     errors: list[BaseException] = []
 
     def drop(name: str) -> None:
