@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 
 DROP_BATCH = 8  # databases handed back before the pool drops them, together
-MAX_TOGETHER = 16  # drops at once (each on a connection of its own)
+MAX_TOGETHER = 4  # drops at once, each on a connection of its own (the server is shared: few)
 
 
 class ClonePool:
