@@ -6,6 +6,16 @@ third of a short test's time, spent while nothing else ran. One background threa
 process makes the next clone while the current test runs and drops the ones handed back, so
 a test finds its database ready and leaves without waiting for the drop. A database is never
 used twice: each test still gets a clone nobody has touched.
+
+Every DROP DATABASE waits for a checkpoint, which takes seconds, or a minute on a server busy
+with other writes. The pool also drops the databases the conftest makes otherwise (an empty
+one per test that wants it, the session's shared one), so no test and no fixture waits for a
+drop; and drops that are waiting together run together, on connections of their own, so that
+one checkpoint serves them all (PostgreSQL runs one at a time, and a drop waits only for one
+begun after it asked). So the pool drops in batches of ``DROP_BATCH`` (and everything left
+when asked to settle, and at the end): a checkpoint per test's database kept the server
+checkpointing all the time, and after each checkpoint the first change to every page
+writes the whole page to the WAL again.
 """
 
 from __future__ import annotations
@@ -18,6 +28,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+DROP_BATCH = 8  # databases handed back before the pool drops them, together
+MAX_TOGETHER = 4  # drops at once, each on a connection of its own (the server is shared: few)
 
 
 class ClonePool:
@@ -39,6 +52,7 @@ class ClonePool:
         self._drop_error: BaseException | None = None  # raised by close()
         self._stopping = False
         self._dropping = False
+        self._settling = 0  # callers of settle(): drop what is handed back without a batch
         self._cond = threading.Condition()
         # two threads: a drop may wait for a checkpoint on a busy server, and the next clone
         # must not wait behind it
@@ -57,6 +71,22 @@ class ClonePool:
             self._cond.notify_all()
             return name
 
+    def create(self, name: str, template: str | None = None) -> None:
+        """Make database ``name`` now (a copy of ``template``, else an empty one); the caller
+        gives it back like a clone."""
+        with psycopg.connect(self._admin_url, autocommit=True) as admin:
+            _drop(admin, name)  # a leftover of an earlier session of the same pid
+            _clone(admin, template, name)
+
+    def create_empty(self) -> str:
+        """A new empty database (no runner schema), named after this pool; given back like a
+        clone."""
+        with self._cond:
+            self._seq += 1
+            name = f"{self._prefix}_empty_{self._seq}"
+        self.create(name)
+        return name
+
     def give_back(self, name: str) -> None:
         with self._cond:
             self._drops.append(name)
@@ -66,7 +96,12 @@ class ClonePool:
         """Wait until every database handed back is dropped (the session's roles are dropped
         after their databases: tests/dbroles.py)."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._drops and not self._dropping, timeout=timeout)
+            self._settling += 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: not self._drops and not self._dropping, timeout=timeout)
+            finally:
+                self._settling -= 1
 
     def close(self) -> None:
         with self._cond:
@@ -74,11 +109,11 @@ class ClonePool:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=120)
-        with psycopg.connect(self._admin_url, autocommit=True) as admin:
-            for name in [*self._ready, *self._drops]:
-                _drop(admin, name)
-        self._ready.clear()
-        self._drops.clear()
+        try:
+            _drop_together(self._admin_url, [*self._ready, *self._drops])
+        finally:
+            self._ready.clear()
+            self._drops.clear()
         if self._drop_error is not None:
             raise RuntimeError(f"dropping a clone failed: {self._drop_error}") from self._drop_error
 
@@ -105,31 +140,35 @@ class ClonePool:
 
     def _drop_behind(self) -> None:
         try:
-            with psycopg.connect(self._admin_url, autocommit=True) as admin:
-                while True:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping or len(self._drops) >= DROP_BATCH
+                                        or (self._settling > 0 and bool(self._drops)))
+                    if not self._drops:
+                        return
+                    names = list(self._drops)
+                    self._drops.clear()
+                    self._dropping = True
+                try:
+                    _drop_together(self._admin_url, names)
+                finally:
                     with self._cond:
-                        self._cond.wait_for(lambda: self._stopping or bool(self._drops))
-                        if not self._drops:
-                            return
-                        name = self._drops.popleft()
-                        self._dropping = True
-                    try:
-                        _drop(admin, name)
-                    finally:
-                        with self._cond:
-                            self._dropping = False
-                            self._cond.notify_all()
+                        self._dropping = False
+                        self._cond.notify_all()
         except BaseException as exc:  # close() reports it; the clones go on
             self._drop_error = exc
 
 
-def _clone(admin: psycopg.Connection[Any], template: str, name: str) -> None:
-    """CREATE DATABASE name TEMPLATE template; a test that has just connected to the template
-    itself (to clone it its own way) makes the server refuse for a moment: tried again then."""
+def _clone(admin: psycopg.Connection[Any], template: str | None, name: str) -> None:
+    """CREATE DATABASE name TEMPLATE template (no template: an empty database); a test that
+    has just connected to the template itself (to clone it its own way) makes the server
+    refuse for a moment: tried again then."""
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
     for attempt in range(100):
         try:
-            admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)))
+            admin.execute(statement)
             return
         except psycopg.errors.ObjectInUse:
             if attempt == 99:
@@ -139,3 +178,29 @@ def _clone(admin: psycopg.Connection[Any], template: str, name: str) -> None:
 
 def _drop(admin: psycopg.Connection[Any], name: str) -> None:
     admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _drop_together(admin_url: str, names: list[str]) -> None:
+    """Drop ``names`` at the same time (``MAX_TOGETHER`` at most), each on a connection of
+    its own: their checkpoints coincide. Raises the first error, once every drop has ended."""
+    for i in range(0, len(names), MAX_TOGETHER):
+        _drop_at_once(admin_url, names[i:i + MAX_TOGETHER])
+
+
+def _drop_at_once(admin_url: str, names: list[str]) -> None:
+    errors: list[BaseException] = []
+
+    def drop(name: str) -> None:
+        try:
+            with psycopg.connect(admin_url, autocommit=True) as admin:
+                _drop(admin, name)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drop, args=(name,), name=f"drop-{name}") for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

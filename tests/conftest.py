@@ -28,7 +28,6 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pytest_postgresql import factories
-from pytest_postgresql.janitor import DatabaseJanitor
 
 # A zone with a 45-minute offset: naive/UTC confusions show up at once.
 os.environ["TZ"] = "Asia/Kathmandu"
@@ -51,12 +50,27 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """The tests marked ``slow`` (real runner fleets for tens of seconds: the model test, the
-    fault tier) run first, the others in their order. With ``-n 2 --dist worksteal`` each
-    worker takes half of the list and an idle one steals from the end of the other's queue:
-    a long test first in a queue runs from the start beside the short ones, where one left
-    near the end of a queue (or stolen late) ran alone while the other worker had nothing
-    left to do."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    fault tier, the tutorial) start first, on every worker at once. With ``-n N --dist
+    worksteal`` the first deal gives each worker a run of the list (the first
+    ``len // N``, then a share of the rest), and a worker that runs dry steals from the end of
+    another's queue: so the slow tests are dealt one by one to the head of each worker's run
+    and the others follow in their order. Every worker then starts on a long test beside the
+    short ones, and what is left to steal at the end is short; with the slow tests all at the
+    head of the list, one worker ran them one after another while the others took its short
+    ones, and a long one stolen late ran alone at the end. Without xdist: slow tests first."""
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    runs: list[list[Any]] = [[] for _ in range(workers)]
+    for i, item in enumerate(slow):
+        runs[i % workers].append(item)
+    left = len(items)
+    for k, run in enumerate(runs):  # xdist's worksteal: each idle worker gets len(pending) // idle
+        size = left // (workers - k)
+        left -= size
+        while len(run) < size and rest:
+            run.append(rest.pop(0))
+    items[:] = [item for run in runs for item in run] + rest
 
 
 def _server() -> dict[str, Any]:
@@ -162,16 +176,16 @@ def db_url(clone_pool: Any) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def shared_db_url(postgresql_server: Any) -> Iterator[str]:
-    janitor = DatabaseJanitor(
-        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
-        dbname=f"runner_test_shared_{os.getpid()}", template_dbname=postgresql_server.template_dbname,
-        password=SERVER["password"],
-    )
-    janitor.drop()
-    with janitor:
-        own_identity(url_for(f"runner_test_shared_{os.getpid()}"))
-        yield url_for(f"runner_test_shared_{os.getpid()}")
+def shared_db_url(postgresql_server: Any, clone_pool: Any) -> Iterator[str]:
+    """The database the ``tx`` tests share; dropped with the clone pool's leftovers, at once
+    (every DROP DATABASE waits for a checkpoint: tests/clonepool.py)."""
+    name = f"runner_test_shared_{os.getpid()}"
+    clone_pool.create(name, postgresql_server.template_dbname)
+    try:
+        own_identity(url_for(name))
+        yield url_for(name)
+    finally:
+        clone_pool.give_back(name)
 
 
 @pytest.fixture
@@ -189,15 +203,14 @@ def tx(shared_db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-def empty_db_url() -> Iterator[str]:
-    """A fresh database with no runner schema at all."""
-    janitor = DatabaseJanitor(
-        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"],
-        dbname=f"runner_test_empty_{os.getpid()}", password=SERVER["password"],
-    )
-    janitor.drop()
-    with janitor:
-        yield url_for(f"runner_test_empty_{os.getpid()}")
+def empty_db_url(clone_pool: Any) -> Iterator[str]:
+    """A fresh database with no runner schema at all, dropped behind the test (by the clone
+    pool, whose drops never hold up a test)."""
+    name = clone_pool.create_empty()
+    try:
+        yield url_for(name)
+    finally:
+        clone_pool.give_back(name)
 
 
 @pytest.fixture(scope="session")

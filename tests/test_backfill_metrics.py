@@ -73,6 +73,7 @@ def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         raise
 
 
+@pytest.mark.slow
 def test_metrics_of_running_paused_and_finished_plans_from_a_real_runner(url: str, tmp_path: Path) -> None:
     plan = create_plan(url, "good", 150, rate=10.0, concurrency=2)  # 15 s at 10/s: still running when it is paused below, even on a loaded machine
     stuck = create_plan(url, "failing", 3, max_failures=0)

@@ -69,6 +69,7 @@ def restore(source: str, target: str, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_a_restored_copy_holds_the_sources_plan_until_adopted(source: str, copy_name: str,
                                                               tmp_path: Path) -> None:
     # the source: a backfill of 24 runs, one at a time, running under a live runner

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, run_cli, scalar
 from tests.test_operators import make_run
@@ -154,6 +155,7 @@ def _older_than(db_url: str, instant: datetime, seconds: float) -> None:
                timeout=seconds + 30, message=f"{seconds}s past {instant}")
 
 
+@pytest.mark.slow
 def test_a_pause_is_not_an_outage_for_misfire_tiers(db_url: str, tmp_path: Path) -> None:
     """Defect 3 of issue 26: paused 14 s, resumed while no runner was up, about 3 s of real
     outage; tiers ("10s", catch_up), (None, approve|skip). The late slots after the resume are
@@ -224,6 +226,7 @@ def test_a_pause_is_not_an_outage_for_misfire_tiers(db_url: str, tmp_path: Path)
 # -- defect 4: the retired span is never decided ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_restart_after_unretire_decides_nothing_in_the_retired_span(db_url: str, tmp_path: Path) -> None:
     """Defect 4 of issue 26: a job is retired while its runner runs, the runner stops, the job
     is unretired 8 s later and a runner starts. README: the slots between the retirement and
@@ -307,6 +310,7 @@ def test_every_list_of_misfire_policies_comes_from_the_registry(tx: psycopg.Conn
 # -- suspicion: a tier ruling kept only in memory ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_restart_midway_through_a_range_keeps_its_tier_ruling(db_url: str, tmp_path: Path) -> None:
     """A 25-slot x 100-partition outage (3 misfire passes) is ruled catch_up (late ~27 s, tier
     up to 40 s). The runner is killed (kill -9) after the first pass committed, and a runner

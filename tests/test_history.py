@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, rows, scalar
 
 APP = "tests/apps/history_v{}.py:app"
@@ -75,6 +77,7 @@ def downtime_accounted(url: str, stopped: datetime, restarted: datetime, grid: i
     return True
 
 
+@pytest.mark.slow
 def test_an_old_version_restarted_mid_rollout_never_rewrites_the_history(db_url: str, tmp_path: Path) -> None:
     """Issue 26, defect 2, in the issue's order: v1 runs; v2 starts (a rollout); a supervisor
     restarts the v1 process; v1 stops; v2 runs alone, then is down 6 s and starts again."""
@@ -140,6 +143,7 @@ def test_an_old_version_restarted_mid_rollout_never_rewrites_the_history(db_url:
     assert_ledger_clean(db_url)
 
 
+@pytest.mark.slow
 def test_a_rollback_after_a_restart_mid_rollout_restores_the_old_schedule(db_url: str, tmp_path: Path) -> None:
     """The other way out of the same rollout: v1 runs, v2 starts, the v1 process is
     restarted, then v2 is stopped (a rollback) and v1 runs alone: v1's schedule is in force

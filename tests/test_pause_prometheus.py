@@ -239,6 +239,7 @@ def test_a_runner_pauses_plans_whose_prometheus_fails_or_is_too_slow(db_url: str
         ({"condition_error": 1},), ({"condition_error": 1},)]
 
 
+@pytest.mark.slow
 def test_a_real_prometheus_condition_pauses_the_plan_every_time_it_holds(db_url: str, tmp_path: Path) -> None:
     """A real Prometheus (tests/promserver.py) scrapes a series the test flips; a real runner
     evaluates the plan's condition against it for as long as it runs, not once: it pauses on

@@ -4,7 +4,6 @@ answers its question: a renamed column or view breaks this test, not the on-call
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,9 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from pytest_postgresql.janitor import DatabaseJanitor
 
-from tests.conftest import SERVER, own_identity, url_for
+from tests.conftest import url_for
 from tests.support import ROOT, RunnerProcess, eventually, run_cli, scalar
 
 PAGE = "docs/how-to/on-call.md"
@@ -104,16 +102,11 @@ def settlement_ledger(conn: psycopg.Connection[Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def readonly_url(postgresql_server: Any, db_roles: Any, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[str]:
-    name = f"runner_test_recipes_{os.getpid()}"
-    janitor = DatabaseJanitor(
-        user=SERVER["user"], host=SERVER["host"], port=SERVER["port"], dbname=name,
-        template_dbname=postgresql_server.template_dbname, password=SERVER["password"])
-    janitor.drop()
-    with janitor:
+def readonly_url(clone_pool: Any, db_roles: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A clone of the template (the pool's, dropped behind the module) with a real ledger."""
+    name = clone_pool.take()
+    try:
         url = url_for(name)
-        own_identity(url)  # a clone of the template, not a copy to adopt (conftest)
         log = Path(tmp_path_factory.mktemp("recipes")) / "runner.log"
         proc = RunnerProcess("tests/apps/operators.py:app", url, "--poll-interval", "0.2", log=log)
         try:
@@ -136,6 +129,8 @@ def readonly_url(postgresql_server: Any, db_roles: Any, tmp_path_factory: pytest
             out = run_cli(*args, "--yes", url=operator)
             assert out.returncode == 0, out.stderr
         yield db_roles.url(url, "readonly")
+    finally:
+        clone_pool.give_back(name)
 
 
 @pytest.mark.parametrize(("number", "question", "query"), RECIPES, ids=[f"{n}" for n, _, _ in RECIPES])

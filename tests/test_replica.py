@@ -134,6 +134,7 @@ TICK_AT_NOW = ("SELECT count(*) FROM runner.missing_slots_v1(now(), 'tick') "
                "WHERE state = 'never_started'")
 
 
+@pytest.mark.slow
 def test_a_paused_replica_is_judged_as_of_its_replay(cluster: tuple[str, str], tmp_path: Path) -> None:
     primary, replica = cluster
     proc = RunnerProcess(APP, primary, "--poll-interval", "0.2", log=tmp_path / "runner.log")

@@ -208,6 +208,7 @@ def previous_release(into: Path) -> Path:
     return into
 
 
+@pytest.mark.slow
 def test_a_runner_of_the_previous_revision_keeps_running_across_the_upgrade(
         empty_db_url: str, tmp_path: Path) -> None:
     """A rolling deploy: the schema at the previous revision, migrated by the previous code,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from tests.security.conftest import Logins
@@ -65,6 +66,7 @@ def plan_status(logins: Logins, plan_id: int) -> tuple[Any, ...]:
     return rows(logins.admin, "SELECT status, verify_status FROM runner.backfills WHERE id = %s", (plan_id,))[0]
 
 
+@pytest.mark.slow
 def test_runner_start_as_a_worker_and_every_cli_action_as_an_operator(bare_logins: Logins,
                                                                      tmp_path: Path) -> None:
     logins = bare_logins
