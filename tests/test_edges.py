@@ -416,6 +416,7 @@ def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_pat
                    timeout=60)
         out = run_cli("pause", "pausable-skip", "--reason", "test", "--yes", url=db_url)
         assert out.returncode == 0, out.stderr
+        committed = scalar(db_url, "SELECT now()")
     finally:
         assert a.terminate() == 0, a.output()
     paused_at = scalar(db_url, "SELECT paused_from FROM runner.job_pauses")
@@ -431,8 +432,11 @@ def test_paused_slots_stay_in_the_gap_scan_across_a_restart(db_url: str, tmp_pat
                                           " AND schedule_slot > %s", (resumed,)) >= 2, timeout=60)
     finally:
         assert b.terminate() == 0, b.output()
-    decided = rows(db_url, "SELECT schedule_slot, status FROM runner.job_runs WHERE schedule_slot > %s"
-                           " AND schedule_slot <= %s", (paused_at, resumed))
+    # (a pause takes effect at its commit, not at its clock: a live claim that began between
+    # the two may start one slot, docs/how-to/operate-runs.md: seen once here under load)
+    decided = rows(db_url, "SELECT schedule_slot, status, trigger FROM runner.job_runs WHERE schedule_slot > %s"
+                           " AND schedule_slot <= %s AND NOT (trigger = 'schedule' AND scheduled_at <= %s)",
+                   (paused_at, resumed, committed))
     assert decided == []
     listed = scalar(db_url, "SELECT count(*) FROM runner.missing_slots WHERE job_name = 'pausable-skip'"
                             " AND schedule_slot > %s AND schedule_slot <= %s", (paused_at, resumed))
