@@ -204,6 +204,13 @@ class Runners:
     def stop(self, i: int) -> None:
         proc = self.procs[i]
         assert proc is not None
+        # a SIGTERM before `runner start` installed its handler (while Python imports, about a
+        # second under load) kills it by the signal's default action (-15): stop a runner once
+        # it has registered (its handler is installed before its instance row), or exited
+        with contextlib.suppress(AssertionError):
+            eventually(lambda: proc.proc.poll() is not None
+                       or scalar(self.url, "SELECT count(*) FROM runner.instances WHERE pid = %s",
+                                 (proc.proc.pid,)) > 0, timeout=30, interval=0.05)
         code = proc.terminate(timeout=60)
         self.procs[i] = None
         self._judge(i, code, proc, expected=(0,))
