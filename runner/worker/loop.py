@@ -55,6 +55,7 @@ starts it at once.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -95,6 +96,23 @@ from runner.worker.takeover import Takeover
 log = logging.getLogger("runner.loop")
 
 CLOCK_EVERY = 60.0  # seconds between measures of the database clock's offset
+
+
+# The garbage collector's thresholds of a `runner start` process (``own_process_gc``).
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
+def own_process_gc() -> None:
+    """Tune the cyclic garbage collector of a process that is only a runner (`runner start`,
+    after ``Worker.start``; never a runner inside an application, whose collector is the
+    application's). Issue 32's profile of a 10,000-run instant (py-spy, scripts/bench/wide_profile.py)
+    found a third of the loop thread's samples in the collector: every 700 new containers
+    (claims, runs, their dicts) a young collection, and the full ones traversing every object
+    the imports and the start made. Those are frozen (never traversed again: they live as long
+    as the process), and a young collection waits for 50,000 new containers."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class Worker:
