@@ -198,8 +198,7 @@ class Worker:
                           self.config.watermark_interval, on_failure=failed)
         # hung owners' sessions ended (and squatters reported): a read of the server's whole
         # lock table, never on the lock session (runner/worker/orphans.py), bounded
-        hung_options = f"-c statement_timeout={int(orphans.HUNG_TIMEOUT * 1000)}"
-        on_own_connection("hung_owners", lambda: connect(url, options=hung_options),
+        on_own_connection("hung_owners", lambda: orphans.connect_bounded(connect(url)),
                           lambda conn: self.copy.guard(lambda: self.takeover.end_hung(conn))(),
                           stop, self.config.poll_interval, on_failure=failed)
         on_own_connection("retention", lambda: connect(url),

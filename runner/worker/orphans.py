@@ -67,6 +67,13 @@ class TakeoverResult:
     taken: list[ClaimedRun]
 
 
+def connect_bounded(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """``conn``, every statement of it bounded by ``HUNG_TIMEOUT`` (set on the session, not
+    as a startup option, which a pooler may refuse): the connection ``end_hung`` runs on."""
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(HUNG_TIMEOUT * 1000)}ms",))
+    return conn
+
+
 def end_hung(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
              lock_pid: int | None, default_lease: float = DEFAULT_LEASE) -> list[ledger.HungOwner]:
     """Report squatters (never ended) and end the sessions of hung owners past their lease;
