@@ -47,9 +47,9 @@ MAX_BUDGET = 10_000_000
 # row of every job it moved (528,000 dead row versions after a 10M catch-up of 392 calls, read
 # by every call) and parsed each cron job's fields twice and more. v3 writes a caught-up
 # job's row only when it moves a step and parses each cron once a call: on a 1M ledger a
-# 0.25-s target then caught up in 27 calls and 6.9 s (longest 0.54 s) against 10 calls and
-# 8.0 s (longest 1.72 s) at 1 s (2026-12-04). The default stays 1 s until the same is
-# measured at 10M.
+# 0.25-s target then caught up in 23-27 calls and 6.1-6.9 s (longest 0.54-0.67 s), against 7-10
+# calls and 4.2-8.0 s (longest 0.97-1.72 s) at 1 s (2026-12-04, two sittings). The default
+# stays 1 s until the same is measured at 10M.
 TARGET_SECONDS = 1.0
 
 
