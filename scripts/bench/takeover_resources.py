@@ -11,9 +11,10 @@ Resources: one `runner start --workers N` process whose N handlers are all runni
 (each sleeps, holding no ctx.db connection, then one variant where each holds ctx.db); the
 connections of that process (pg_stat_activity by application_name and client port) and its
 RSS from /proc. The N runs are of a slot missed before the process started, so they are
-catch-up runs of the correction lane, which a process serving every lane gives
-max(1, workers // 2) handler slots (runner/worker/lanes.py): the process is started with
-`--lane-slots correction=N` as well, else only N/2 run and the rest stay pending. The ctx.db
+catch-up runs of the correction lane, to which a process serving every lane gives only part
+of its --workers, and it starts every lane's handler threads at once
+(runner/worker/lanes.py, executor.py): the job is in that lane and the process serves it alone
+(`--lanes correction`), so its N slots are that lane's and the figures are N handlers' own. The ctx.db
 variant needs N more connections than the server has free (max_connections, shared): it is
 skipped, saying so, when they are not free. A run that does not get its N handlers running
 stops with the ledger's counts by lane and status and the runner's log, not a bare timeout.
@@ -63,7 +64,7 @@ from runner import Runner
 app = Runner()
 N = {n}
 
-@app.job("hold", every="1h", partitions=[str(i) for i in range(N)],
+@app.job("hold", every="1h", partitions=[str(i) for i in range(N)], lane="correction",
          track_from=datetime.now(UTC) - timedelta(hours=1))
 def hold(ctx):
     if {use_db}:
@@ -168,8 +169,8 @@ def resources(admin: str, n: int, use_db: bool, timeout: float) -> dict[str, Any
     tmp = Path(tempfile.mkdtemp())
     app, log = tmp / "resource_app.py", tmp / "runner.log"
     app.write_text(RESOURCE_APP.format(n=n, use_db=use_db))
-    # catch-up runs are the correction lane's: give it all N slots (module docstring)
-    proc = start(url, app, "--workers", str(n), "--lane-slots", f"correction={n}", "--grace", "0", log=log)
+    # catch-up runs are the correction lane's: the process serves it alone (module docstring)
+    proc = start(url, app, "--workers", str(n), "--lanes", "correction", "--grace", "0", log=log)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             began = time.monotonic()
