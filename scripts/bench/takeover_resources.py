@@ -112,10 +112,12 @@ class Stalled(RuntimeError):
 def free_connections(admin: str) -> tuple[int, int]:
     """(connections a new client may still open, max_connections) on the server right now."""
     with psycopg.connect(admin, autocommit=True) as conn:
-        limit, reserved, used = conn.execute(
+        row = conn.execute(
             "SELECT current_setting('max_connections')::int,"
             " current_setting('superuser_reserved_connections')::int,"
             " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')").fetchone()
+    assert row is not None
+    limit, reserved, used = row
     return limit - reserved - used, limit
 
 
