@@ -56,6 +56,7 @@ class Prometheus:
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str, str]] = []  # method, path, query
+        self.asked_at: list[tuple[float, str]] = []  # time.monotonic() of each query
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,6 +64,7 @@ class Prometheus:
                 parts = urlsplit(self.path)
                 query = parse_qs(parts.query).get("query", [""])[0]
                 outer.asked.append(("GET", parts.path, query))
+                outer.asked_at.append((time.monotonic(), query))
                 if query == "slow":
                     time.sleep(3)  # an answer slower than any evaluation may take
                 if query == "slower":
