@@ -257,8 +257,8 @@ def test_a_real_prometheus_condition_pauses_the_plan_every_time_it_holds(db_url:
             app = "tests/apps/conditions.py:app"
             made = run_cli("backfill", "hourly", "--from", T0.isoformat(), "--to",
                            (T0 + 5000 * HOUR).isoformat(), "--reason", "replay", "--yes", "--json",
-                           "--pause-when-prometheus", "pause_flag == 1", "--prometheus-url", prom.url,
-                           "--app", app, url=db_url)
+                           "--pause-when-prometheus", "pause_flag == 1", "--pause-every", "1",
+                           "--prometheus-url", prom.url, "--app", app, url=db_url)
             assert made.returncode == 0, made.stderr
             assert json.loads(made.stdout)["pause_when_now"] is False
             plan = rows(db_url, "SELECT id FROM runner.backfills")[0][0]
