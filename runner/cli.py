@@ -354,7 +354,7 @@ def start(
 ) -> None:
     """Run the scheduling loop and workers until SIGTERM/SIGINT."""
     from runner.events import JsonFormatter, TextFormatter, event
-    from runner.worker.loop import LoopConfig, Worker
+    from runner.worker.loop import LoopConfig, Worker, own_process_gc
     from runner.worker.metrics import Metrics
     from runner.worker.signals import SignalStop
 
@@ -417,6 +417,7 @@ def start(
             return
         stopping.stop_with(worker.stop)  # a signal during start: run() stops at once
         worker.start()
+        own_process_gc()
         worker.run()
         if choice.embedded:  # the first five minutes: Ctrl-C stopped the runner, not the server
             _say(f"runner: stopped. The embedded PostgreSQL in {_relative(embedded_home())}/ keeps running "

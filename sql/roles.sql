@@ -165,7 +165,7 @@ BEGIN
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'runner' AND p.prosecdef
           AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'checkpoint_v1', 'record_replay_plan_v1',
-                            'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'rerun_v1', 'rerun_v2',
+                            'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'advance_watermarks_v3', 'rerun_v1', 'rerun_v2',
                             'set_job_paused_v1', 'rerun_runs_v1',
                             'decide_runs_v1', 'create_backfill_v1', 'create_backfill_v2', 'create_backfill_v3',
                             'pause_backfill_v1',
@@ -185,7 +185,7 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', t.fn,
                        CASE WHEN t.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'checkpoint_v1',
                                                'record_replay_plan_v1', 'tier_backfill_v1',
-                                               'advance_watermarks_v1', 'advance_watermarks_v2',
+                                               'advance_watermarks_v1', 'advance_watermarks_v2', 'advance_watermarks_v3',
                                                'prune_instances_v1', 'sync_schedule_v1', 'plan_range_v1',
                                                'lane_budget_v1', 'lane_spend_v1')
                             THEN worker ELSE operator END);

@@ -3,11 +3,13 @@ retried and never stops the others; their order is the documented one."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
 
 from runner import JobContext, Runner
+from runner.store import ledger
 from runner.worker import orphans as takeover
 from runner.worker.duties import Duties, Duty
 from runner.worker.loop import Worker
@@ -91,6 +93,45 @@ def test_a_takeover_pass_that_raises_does_not_stop_claims(db_url: str, monkeypat
         assert worker.duties["takeover"].failures >= 1
         failures = worker.metrics.registry.get_sample_value("runner_duty_failures_total", {"duty": "takeover"})
         assert failures is not None and failures >= 1
+    assert_ledger_clean(db_url)
+
+
+def test_ending_hung_owners_never_holds_up_claims(db_url: str, monkeypatch: Any) -> None:
+    """Ending hung owners reads the server's whole lock table (12 s a call seen during a slot of
+    100,000 runs, issue 32). It runs beside the loop, on a connection of its own with a
+    statement timeout: while one pass is stuck, slots keep being claimed and run on the lock
+    session, which it never judges. (On the lock session, a stuck pass stopped every claim.)"""
+    stuck = threading.Event()
+    release = threading.Event()
+    seen: dict[str, Any] = {}
+
+    def slow(conn: psycopg.Connection[Any], *args: Any, **kw: Any) -> list[Any]:
+        seen.update(pid=conn.info.backend_pid, lock_pid=kw.get("lock_pid"),
+                    timeout=conn.execute("SHOW statement_timeout").fetchone())
+        stuck.set()
+        release.wait(60)
+        return []
+
+    monkeypatch.setattr(ledger, "end_hung_owners", slow)
+    app = Runner()
+
+    @app.job("tick", every="1s")
+    def handler(ctx: JobContext) -> None:
+        pass
+
+    try:
+        with running_worker(app, db_url) as worker:
+            assert stuck.wait(30), "no pass of end_hung_owners"
+            done = scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE status = 'succeeded'")
+            eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs"
+                                              " WHERE status = 'succeeded'") >= done + 3,
+                       timeout=30, message="slots claimed and run while the pass is stuck")
+            lock_pid = worker.session.conn().info.backend_pid
+            assert seen["pid"] != lock_pid and seen["lock_pid"] == lock_pid
+            assert seen["timeout"] == ("5s",)
+            release.set()
+    finally:
+        release.set()
     assert_ledger_clean(db_url)
 
 

@@ -334,3 +334,37 @@ def test_two_attempts_of_one_run_in_one_process_each_end_as_their_own(db_url: st
     assert scalar(db_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database ="
                           " (SELECT oid FROM pg_database WHERE datname = current_database())") == 0
     assert_ledger_clean(db_url)
+
+
+def test_a_runner_start_process_tunes_its_collector_and_an_application_s_is_left_alone(db_url: str) -> None:
+    """A `runner start` process freezes what its start made and collects young objects every
+    50,000 new containers (issue 32: a third of the loop thread's samples were the collector at
+    a 10,000-run instant); a Worker run inside another program (app.running(), the tests'
+    in-process runner) leaves that program's collector as it was."""
+    import gc
+
+    from runner.worker.loop import GC_THRESHOLDS
+    from tests.support import RunnerProcess
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE gc_seen (thresholds int[], frozen int)")
+    proc = RunnerProcess("tests/apps/gc_probe.py:app", db_url)
+    try:
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM gc_seen") >= 1, timeout=60,
+                   message="the probe ran in runner start")
+    finally:
+        assert proc.terminate() == 0
+    thresholds, frozen = rows(db_url, "SELECT thresholds, frozen FROM gc_seen LIMIT 1")[0]
+    assert tuple(thresholds) == GC_THRESHOLDS and frozen > 1000
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    app = Runner()
+
+    @app.job("tick", every="1s")
+    def tick(ctx: JobContext) -> None:
+        pass
+
+    with running_worker(app, db_url):
+        eventually(lambda: scalar(db_url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'tick'"
+                                          " AND status = 'succeeded'") >= 1, timeout=30, message="tick ran")
+        assert (gc.get_threshold(), gc.get_freeze_count()) == before

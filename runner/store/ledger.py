@@ -518,9 +518,12 @@ class HungOwner:
 
 
 def end_hung_owners(conn: psycopg.Connection[Any], job_names: Sequence[str], default_lease: float,
-                    now: datetime | None = None) -> list[HungOwner]:
+                    now: datetime | None = None, lock_pid: int | None = None) -> list[HungOwner]:
+    """End the sessions of hung owners (sql/queries/takeover.sql); ``lock_pid``, a session of
+    the caller's never judged (its lock session, when ``conn`` is another)."""
     rows = conn.execute(TQ["end_hung_owners"], {
-        "job_names": list(job_names), "default_lease": default_lease, "now": now}).fetchall()
+        "job_names": list(job_names), "default_lease": default_lease, "now": now,
+        "lock_pid": lock_pid}).fetchall()
     return [HungOwner(r[0], r[1], _utc(r[2]), bool(r[3])) for r in rows]
 
 

@@ -19,9 +19,10 @@ maintenance duty is a module of runner/worker/ of one shape (``Maintenance``: a 
 cadence, a config checked when it is made, ``run_once()``), owning its own state.
 
 A few duties live beside the loop instead, each on a thread and connection of its own
-(``on_own_connection``): the gap-scan watermarks, retention and the backfill pause conditions.
-They must never hold up the loop's lock session (a pause condition is untrusted SQL, a prune
-pass deletes in batches), and they share the same error boundary and failure counter.
+(``on_own_connection``): the gap-scan watermarks, retention, the backfill pause conditions and
+ending hung owners' sessions. They must never hold up the loop's lock session (a pause
+condition is untrusted SQL, a prune pass deletes in batches, the hung owners are found in the
+server's whole lock table), and they share the same error boundary and failure counter.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The gap-scan duty: keep ``runner.missing_slots`` cheap.
 
 The view expands each job's expected slots only above its watermark, below which every
-expected slot is known to have a run row (sql/functions/advance_watermarks_v2.sql). A
+expected slot is known to have a run row (sql/functions/advance_watermarks_v2.sql; the
+runners call runner.advance_watermarks_v3). A
 runner moves the watermarks forward every ``interval`` seconds in a thread of its own, on a
 connection of its own, so an advance never holds up the loop. Several runners may do it at
 once: the function skips watermark rows another holds.
@@ -41,13 +42,14 @@ FIRST_BUDGET = 100_000  # slot x partition probes of one call (about 0.3 s on a 
 MIN_BUDGET = 1_000
 MAX_BUDGET = 10_000_000
 # What one call should cost, about (LoopConfig.watermark_target). Issue 32 asked for calls
-# well under a second; a quarter of a second was tried and measured worse (scripts/bench/RESULTS.md,
-# 2026-12-03): a call rewrites the watermark row of every job it moves, so four times the
-# calls are four times the dead row versions of runner.gap_watermarks (528,000 for 1,000
-# jobs after a 10M catch-up of 392 calls, with autovacuum off), and every call reads them:
-# calls grew from 0.5 s to 2-5 s and the catch-up took 754 s against 54 s for one uncapped
-# call. Calls also have a fixed part per job (cron fields parsed, schedules, tracked spans)
-# that no budget shrinks. Both must shrink before the target can.
+# well under a second; a quarter of a second was tried with runner.advance_watermarks_v2 and
+# measured worse (docs/benchmarks-archive.md, 2026-12-03): every call rewrote the watermark
+# row of every job it moved (528,000 dead row versions after a 10M catch-up of 392 calls, read
+# by every call) and parsed each cron job's fields twice and more. v3 writes a caught-up
+# job's row only when it moves a step and parses each cron once a call: on a 1M ledger a
+# 0.25-s target then caught up in 23-27 calls and 6.1-6.9 s (longest 0.54-0.67 s), against 7-10
+# calls and 4.2-8.0 s (longest 0.97-1.72 s) at 1 s (2026-12-04, two sittings). The default
+# stays 1 s until the same is measured at 10M.
 TARGET_SECONDS = 1.0
 
 

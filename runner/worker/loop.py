@@ -23,8 +23,10 @@ own beyond the stop and wake events: each part owns its state, in runner/worker/
 
 Beside the loop, each on a thread and connection of its own (runner/worker/duties.py
 ``on_own_connection``): the gap scan's watermarks (runner/worker/gapscan.py), the backfill pause
-conditions (runner/worker/conditions.py: untrusted SQL, never on the lock connection) and retention
-(runner/actions/retention.py). So a process holds at most ``S + max(2, workers // 4) + 5``
+conditions (runner/worker/conditions.py: untrusted SQL, never on the lock connection), hung
+owners' sessions ended (runner/worker/orphans.py ``end_hung``: a read of the whole lock table,
+never holding up a claim) and retention (runner/actions/retention.py). So a process holds at
+most ``S + max(2, workers // 4) + 6``
 connections, S the sum of its lanes' slots, however many runs it executes.
 
 Each tick runs the duties (runner/worker/duties.py) in a fixed order written down in
@@ -53,6 +55,7 @@ starts it at once.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -67,7 +70,7 @@ from runner.events import event
 from runner.model.jobs import JobDef, JobSource
 from runner.store import ledger, pooler
 from runner.store.ledger import ClaimedRun, Owner
-from runner.worker import conditions, gapscan, history
+from runner.worker import conditions, gapscan, history, orphans
 from runner.worker.attempts import Attempts
 from runner.worker.backfill_lane import LANE_YIELD as LANE_YIELD
 from runner.worker.backfill_lane import BackfillLane
@@ -93,6 +96,23 @@ from runner.worker.takeover import Takeover
 log = logging.getLogger("runner.loop")
 
 CLOCK_EVERY = 60.0  # seconds between measures of the database clock's offset
+
+
+# The garbage collector's thresholds of a `runner start` process (``own_process_gc``).
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
+def own_process_gc() -> None:
+    """Tune the cyclic garbage collector of a process that is only a runner (`runner start`,
+    after ``Worker.start``; never a runner inside an application, whose collector is the
+    application's). Issue 32's profile of a 10,000-run instant (py-spy, scripts/bench/wide_profile.py)
+    found a third of the loop thread's samples in the collector: every 700 new containers
+    (claims, runs, their dicts) a young collection, and the full ones traversing every object
+    the imports and the start made. Those are frozen (never traversed again: they live as long
+    as the process), and a young collection waits for 50,000 new containers."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class Worker:
@@ -176,6 +196,11 @@ class Worker:
                                     max_budget=self.config.watermark_max_probes)
         on_own_connection("gapscan", lambda: connect(url), advancer, stop,
                           self.config.watermark_interval, on_failure=failed)
+        # hung owners' sessions ended (and squatters reported): a read of the server's whole
+        # lock table, never on the lock session (runner/worker/orphans.py), bounded
+        on_own_connection("hung_owners", lambda: orphans.connect_bounded(connect(url)),
+                          lambda conn: self.copy.guard(lambda: self.takeover.end_hung(conn))(),
+                          stop, self.config.poll_interval, on_failure=failed)
         on_own_connection("retention", lambda: connect(url),
                           retention.pass_of(self.owner.namespace, self.config.prune_batch),
                           stop, self.config.prune_interval, on_failure=failed)

@@ -17,10 +17,14 @@ the lane's cap exactly as a claim does. Ending squatters and hung owners is lane
 session is ended for what it holds, and its runs then wait for a process serving their lane.
 
 A *hung* owner still holds its lock but has stopped beating: its process is stopped
-(SIGSTOP), partitioned or wedged. Past its job's lease, ``run_once`` ends the holder's
+(SIGSTOP), partitioned or wedged. Past its job's lease, ``end_hung`` ends the holder's
 session with ``pg_terminate_backend`` (which needs the ``pg_signal_backend`` role, the same
 role as the holder, or superuser); the lock goes with the session and the next pass takes
 the run over. If the old owner wakes up, every write it tries is refused by the fence.
+``end_hung`` runs beside the loop, on a connection of its own with a statement timeout
+(``HUNG_TIMEOUT``), never on the lock session: it reads the server's whole lock table, which
+during a slot of 100,000 runs held as many advisory locks and took up to 12 s a call, while no
+claim could be sent on the lock session (issue 32).
 
 Only a registered runner session (runner.instances, sql/functions/runner_sessions_v1.sql)
 is an owner, and only a session proven to be a runner's lock session is ever ended
@@ -31,7 +35,7 @@ or a pooled backend a runner left keys on through a transaction pool, which a po
 the application's clients): while it holds a running run's key the run cannot be recovered,
 and a run due to take its key fails (runner.LockUnavailable, counted against
 ``max_attempts``). A squatter is never ended (it may be the application's session: ending it
-would cut the application off), only reported: ``run_once`` logs each (``lock_squatter``, once
+would cut the application off), only reported: ``end_hung`` logs each (``lock_squatter``, once
 a minute per session) and runner.alerts lists them (``lock_squatter``) until it releases the
 keys or an operator ends it.
 """
@@ -53,6 +57,7 @@ from runner.store.ledger import ClaimedRun, Owner
 log = logging.getLogger("runner.takeover")
 
 DEFAULT_LEASE = 60.0
+HUNG_TIMEOUT = 5.0  # seconds: the statement timeout of end_hung's connection
 SQUATTER_LOG_EVERY = 60.0  # seconds between reports of a squatter this runner may not end
 _reported: dict[int, float] = {}  # squatter pid -> when it was last reported
 
@@ -60,17 +65,22 @@ _reported: dict[int, float] = {}  # squatter pid -> when it was last reported
 @dataclass
 class TakeoverResult:
     taken: list[ClaimedRun]
-    terminated: list[ledger.HungOwner]
 
 
-def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
-             limit: int | Mapping[str, int], default_lease: float = DEFAULT_LEASE) -> TakeoverResult:
-    """One pass: report squatters (never ended), end hung owners past their lease, then take over runs with
-    no live owner: ``limit`` maps each lane this process serves to its free in-flight room
-    here (a lane not in it is not taken from); an int: any lane, that many in all. ``conn``
-    must be this process's lock session."""
+def connect_bounded(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """``conn``, every statement of it bounded by ``HUNG_TIMEOUT`` (set on the session, not
+    as a startup option, which a pooler may refuse): the connection ``end_hung`` runs on."""
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(HUNG_TIMEOUT * 1000)}ms",))
+    return conn
+
+
+def end_hung(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
+             lock_pid: int | None, default_lease: float = DEFAULT_LEASE) -> list[ledger.HungOwner]:
+    """Report squatters (never ended) and end the sessions of hung owners past their lease;
+    the sessions ended. ``conn`` is a connection of its own, never the lock session;
+    ``lock_pid``, this process's lock session (never judged: its own runs beat here)."""
     _report_squatters(conn, owner.namespace)
-    hung = ledger.end_hung_owners(conn, job_names, default_lease)
+    hung = ledger.end_hung_owners(conn, job_names, default_lease, lock_pid=lock_pid)
     for h in hung:
         if h.terminated:
             log.warning("run %s: owner session %s silent since %s (past its lease): ended it",
@@ -79,6 +89,15 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
             log.error("run %s: owner session %s silent since %s (past its lease), and this "
                       "runner may not end it (grant pg_signal_backend)", h.run_id, h.holder_pid,
                       h.heartbeat_at.isoformat())
+    return [h for h in hung if h.terminated]
+
+
+def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[str],
+             limit: int | Mapping[str, int]) -> TakeoverResult:
+    """One pass: take over runs with no live owner (a hung one's session is ended by
+    ``end_hung``, beside the loop): ``limit`` maps each lane this process serves to its free
+    in-flight room here (a lane not in it is not taken from); an int: any lane, that many in
+    all. ``conn`` must be this process's lock session."""
     taken: list[ClaimedRun] = []
     if (limit if isinstance(limit, int) else sum(max(n, 0) for n in limit.values())) > 0:
         taken, dead = ledger.take_over_orphans(conn, owner, job_names, limit)
@@ -90,7 +109,7 @@ def run_once(conn: psycopg.Connection[Any], owner: Owner, job_names: Sequence[st
         for run in taken:
             event(log, "run_recovered", logging.WARNING, job=run.job_name, slot=run.slot,
                   partition=run.partition_key, run_id=run.id, attempt=run.attempt, fence=run.fence)
-    return TakeoverResult(taken=taken, terminated=[h for h in hung if h.terminated])
+    return TakeoverResult(taken=taken)
 
 
 def _report_squatters(conn: psycopg.Connection[Any], namespace: int) -> None:

@@ -71,6 +71,11 @@ class LockSession:
         assert self._conn is not None
         return self._conn
 
+    def backend_pid(self) -> int | None:
+        """The lock session's server process (None before it opens); read by other threads."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.info.backend_pid
+
     def alive(self) -> bool:
         """Whether the lock session still works (a failed statement may leave it so)."""
         conn = self._conn

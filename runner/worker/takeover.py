@@ -5,11 +5,18 @@ Only the orphans of the served lanes, each lane within its free in-flight room h
 minus its runs in flight): a takeover counts toward the lane's cap like a claim, so a bulk
 process with one free slot takes over one bulk run, and a process serving only realtime never
 takes a bulk run. It runs before the retries duty, so recovery takes capacity first.
+
+Ending hung owners' sessions (``end_hung``) is not part of the loop's duty: it runs beside the
+loop on a connection of its own (runner/worker/loop.py), so that its read of the server's lock
+table never holds up a claim.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import psycopg
 
 from runner.model.jobs import JobDef
 from runner.store.ledger import ClaimedRun, Owner
@@ -44,8 +51,14 @@ class Takeover:
     def run_once(self) -> None:
         conn = self.session.conn()
         free = {lane: max(self.capacity.free(lane), 0) for lane in self.capacity.claimable(conn)}
-        result = takeover.run_once(conn, self.owner, list(self.jobs), free, default_lease=DEFAULT_LEASE)
+        result = takeover.run_once(conn, self.owner, list(self.jobs), free)
         self.stats["recovered"] += len(result.taken)
         for r in result.taken:
             self.metrics.of(self.metrics.takeovers, r.job_name).inc()
         self._start(result.taken)
+
+    def end_hung(self, conn: psycopg.Connection[Any]) -> None:
+        """Squatters reported and hung owners' sessions ended, on ``conn``, a connection of
+        its own (never the lock session, whose backend is never judged here)."""
+        takeover.end_hung(conn, self.owner, list(self.jobs), self.session.backend_pid(),
+                          default_lease=DEFAULT_LEASE)

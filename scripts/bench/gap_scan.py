@@ -17,8 +17,10 @@ It also times the first advance two ways, from no watermark at all:
 
   * the runners' catch-up (runner/worker/gapscan.py's Advancer, its defaults or `--target` /
     `--max-probes`, on an autocommit connection as the loop gives it: bounded calls of
-    runner.advance_watermarks_v2, each its own transaction): how many calls, the longest and
-    the median call, and the catch-up's total; issue 32's goal is no call over 1 s at 10M;
+    runner.advance_watermarks_v3, or of `--function advance_watermarks_v2` to measure the
+    older release's in the same sitting, each its own transaction): how many calls, the
+    longest and the median call, the catch-up's total, and how many row versions of
+    runner.gap_watermarks it wrote; issue 32's goal is no call over 1 s at 10M;
   * one uncapped runner.advance_watermarks_v1() (the whole history in one statement, what no
     runner issues any more), after the catch-up's watermarks and holes are set aside;
 
@@ -175,6 +177,8 @@ def answer(conn: psycopg.Connection[Any], as_of: datetime) -> tuple[int, str]:
 def set_aside(conn: psycopg.Connection[Any]) -> None:
     conn.execute("DELETE FROM runner.gap_holes")
     conn.execute("DELETE FROM runner.gap_watermarks")
+    # (and their dead row versions, so that each measurement starts from the same tables)
+    conn.execute("VACUUM runner.gap_holes, runner.gap_watermarks")
 
 
 def timed(conn: psycopg.Connection[Any], sql: str) -> tuple[float, Any]:
@@ -207,10 +211,23 @@ def measure(admin: str, rows: int, jobs: int, days: int, repeat: int, problems: 
         drop_database(admin, name)
 
 
-def timings(url: str, repeat: int, target: float, max_probes: int) -> dict[str, Any]:
-    """The scan without and with watermarks, the runners' catch-up and the uncapped advance,
-    on a seeded ledger (its watermarks and holes are set aside first)."""
+def watermark_writes(conn: psycopg.Connection[Any]) -> int:
+    """Row versions of runner.gap_watermarks written so far (inserts and updates; this
+    session's counts flushed first)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables"
+                       " WHERE relid = 'runner.gap_watermarks'::regclass").fetchone()
+    return int(row[0]) if row else 0
+
+
+def timings(url: str, repeat: int, target: float, max_probes: int,
+            function: str = "advance_watermarks_v3") -> dict[str, Any]:
+    """The scan without and with watermarks, the runners' catch-up (through ``function``) and
+    the uncapped advance, on a seeded ledger (its watermarks and holes are set aside first)."""
     view = "SELECT count(*) FROM runner.missing_slots"
+    gapscan.Q["advance_watermarks_bounded"] = gapscan.Q["advance_watermarks_bounded"].replace(
+        "advance_watermarks_v3", function)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET jit = off")  # as the runner's connections (runner/worker/config.py)
         set_aside(conn)
@@ -218,9 +235,11 @@ def timings(url: str, repeat: int, target: float, max_probes: int) -> dict[str, 
         fixed = conn.execute("SELECT now() + interval '1 hour'").fetchone()[0]  # type: ignore[index]
         reference = answer(conn, fixed)
         duty = gapscan.Advancer(target=target, max_budget=max_probes)
+        writes = watermark_writes(conn)
         t = time.perf_counter()
         duty(conn)
         catchup_s = time.perf_counter() - t
+        writes = watermark_writes(conn) - writes
         calls = list(duty.took)
         after_catchup = answer(conn, fixed)
         set_aside(conn)
@@ -235,6 +254,7 @@ def timings(url: str, repeat: int, target: float, max_probes: int) -> dict[str, 
         "first_advance_s": first_advance,
         "catchup": {"calls": len(calls), "longest_call_s": max(calls), "median_call_s": median(calls),
                     "total_s": catchup_s, "final_budget": duty.budget, "target_s": target,
+                    "function": function, "watermark_row_versions": writes,
                     "call_s": [round(c, 4) for c in calls]},
         "same_answer": reference == after_catchup == after_uncapped, "answer_rows": reference[0],
         "view_with_watermarks_s": median([s for s, _ in warm + warm_after]),
@@ -264,6 +284,8 @@ def main() -> None:
     parser.add_argument("--db", default=None,
                         help="instead of seeding: measure this database, seeded before (BENCH_KEEP_DB=1 keeps "
                              "the scratch database bench_gap_scan_ROWS); its watermarks and holes are deleted")
+    parser.add_argument("--function", default="advance_watermarks_v3",
+                        help="the advance the catch-up calls (advance_watermarks_v2: an older release's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.db:
@@ -273,7 +295,7 @@ def main() -> None:
             rows, jobs = conn.execute("SELECT (SELECT count(*) FROM runner.job_runs),"
                                       " (SELECT count(*) FROM runner.jobs)").fetchone()  # type: ignore[misc]
         result = {"rows": rows, "jobs": jobs, "days": None, "seed_s": None,
-                  **timings(url, args.repeat, args.target, args.max_probes)}
+                  **timings(url, args.repeat, args.target, args.max_probes, args.function)}
         print(json.dumps({"environment": env, "results": [result]}, indent=2, default=str))
         return
     problems = None if args.problem_rate is not None else args.problems

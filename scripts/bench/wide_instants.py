@@ -81,6 +81,19 @@ LAGS = ("SELECT r.schedule_slot, extract(epoch FROM a.started_at - r.schedule_sl
         " WHERE r.schedule_slot = ANY(%s)")
 BACKENDS = ("SELECT coalesce(application_name, ''), count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1")
+# each active statement (its text without leading comment lines, first 70 characters), what it
+# waits on (or cpu), how long it has run, and for a lock wait the statement of the session
+# that blocks it
+ACTIVE = (r"""SELECT left(regexp_replace(regexp_replace(a.query, '^(\s*--[^\n]*\n)*\s*', ''), '\s+', ' ', 'g'), 70),
+                 coalesce(a.wait_event_type || ':' || a.wait_event, 'cpu'),
+                 extract(epoch FROM clock_timestamp() - a.query_start)::float8,
+                 CASE WHEN a.wait_event_type = 'Lock' THEN
+                     (SELECT left(regexp_replace(regexp_replace(b.query, '^(\s*--[^\n]*\n)*\s*', ''),
+                                                 '\s+', ' ', 'g'), 70)
+                      FROM pg_stat_activity b WHERE b.pid = (pg_blocking_pids(a.pid))[1]) END
+          FROM pg_stat_activity a
+          WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.state = 'active'
+            AND a.backend_type = 'client backend'""")
 
 
 def url_of(dsn: str) -> str:
@@ -101,13 +114,17 @@ def memory_kb(pid: int, field: str) -> int | None:
 
 
 class Backends(threading.Thread):
-    """Samples pg_stat_activity of one database until stopped: the most backends at once."""
+    """Samples pg_stat_activity of one database until stopped: the most backends at once, and
+    per active statement the samples by what it waited on (a lock wait with the statement
+    that held it) and the longest it was seen running."""
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
         self.url = url
         self.most = 0
         self.most_by_app: Counter[str] = Counter()
+        self.waits: Counter[tuple[str, str, str]] = Counter()  # (statement, wait, blocker) -> samples
+        self.longest: dict[str, float] = {}
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -117,7 +134,16 @@ class Backends(threading.Thread):
                 self.most = max(self.most, sum(by_app.values()))
                 for app, n in by_app.items():
                     self.most_by_app[app] = max(self.most_by_app[app], n)
+                for statement, wait, seconds, blocker in conn.execute(ACTIVE).fetchall():
+                    self.waits[(statement, wait, blocker or "")] += 1
+                    self.longest[statement] = max(self.longest.get(statement, 0.0), seconds or 0.0)
                 self.halt.wait(0.1)
+
+    def activity(self) -> list[dict[str, Any]]:
+        """The statements seen, the most sampled first: samples by wait, the longest run."""
+        return [{"statement": st, "wait": w, "blocked_by": b, "samples": n,
+                 "longest_s": round(self.longest.get(st, 0.0), 3)}
+                for (st, w, b), n in self.waits.most_common(25)]
 
 
 def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, processes: int,
@@ -193,6 +219,7 @@ def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, proc
         "within_1s": sum(1 for lag in lags if lag <= 1.0),
         "slot_all_started_ms": [round(v * 1000, 1) for v in per_slot.values()],
         "backends_most": sampler.most, "backends_by_app": dict(sampler.most_by_app),
+        "activity": sampler.activity(),
     }
 
 

@@ -31,7 +31,7 @@ WITH clock AS (
     FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.pid <> pg_backend_pid()
+      AND l.pid <> pg_backend_pid() AND l.pid IS DISTINCT FROM %(lock_pid)s::integer
 ), hung AS (
     SELECT DISTINCT l.pid AS holder, a.run_id, a.heartbeat_at
     FROM late a

@@ -12,6 +12,7 @@ from tests.support import rows, scalar
 
 WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "checkpoint_v1", "record_replay_plan_v1", "advance_watermarks_v1",
                     "advance_watermarks_v2",  # bounded per call (revision 0020)
+                    "advance_watermarks_v3",  # crons parsed once a call, unmoved rows kept (issue 32)
                     "tier_backfill_v1", "lane_budget_v1", "lane_spend_v1",
                     "prune_instances_v1",  # the retention duty's instance rows (revision 0016)
                     "sync_schedule_v1",  # the schedule history's one writer (0003_history)
@@ -44,6 +45,7 @@ READONLY_FORBIDDEN = {
     "backfill_pause": "SELECT runner.pause_backfill_v1({plan_running}, 'r', 'r')",
     "advance_watermarks": "SELECT runner.advance_watermarks_v1()",
     "advance_watermarks_bounded": "SELECT * FROM runner.advance_watermarks_v2(NULL, interval '1 hour', 1000)",
+    "advance_watermarks_v3": "SELECT * FROM runner.advance_watermarks_v3(NULL, interval '1 hour', 1000)",
     "finish": "SELECT * FROM runner.finish_attempts_v1('[]')",
     "lock_a_plan": "SELECT * FROM runner.lock_backfill_for_action({plan_running}, 'x', ARRAY['running'], 'r', 'r')",
     "update_a_run": "UPDATE runner.job_runs SET status = 'dead'",
