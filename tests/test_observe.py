@@ -9,7 +9,6 @@ import urllib.request
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from tests import promserver
 from tests.support import RunnerProcess, eventually, scalar
@@ -114,27 +113,3 @@ def test_a_claims_lags_observed_at_once() -> None:
     assert m.registry.get_sample_value("runner_schedule_lag_seconds_count", {"job_name": "c"}) == 1
     assert m.live_lag_p99() == 0.5
 
-
-def test_per_run_records_are_frozen_with_slots() -> None:
-    """The records built for every run (a claim, a run won, an outcome) have slots, no
-    per-instance dict (cheaper to build), and stay immutable."""
-    import dataclasses
-    from datetime import UTC, date, datetime
-
-    from runner.store.ledger import ClaimedRun, Outcome, SlotClaim
-
-    t = datetime(2026, 1, 1, tzinfo=UTC)
-    records = [SlotClaim("j", t, "p", date(2026, 1, 1), t, t, "00ff"),
-               ClaimedRun(1, "j", t, "p", date(2026, 1, 1), t, t, "schedule", 2, 1, "00ff", 1, True),
-               Outcome(1, 1, "succeeded")]
-    for record in records:
-        assert not hasattr(record, "__dict__")
-        # Python 3.11's frozen dataclass with slots refuses with a TypeError (its generated
-        # __setattr__ calls super() on the class slots=True replaced), 3.12 with FrozenInstanceError
-        name = dataclasses.fields(record)[0].name
-        before = getattr(record, name)
-        with pytest.raises((dataclasses.FrozenInstanceError, TypeError)):
-            setattr(record, name, 5)
-        assert getattr(record, name) == before
-    assert records[1].counted_attempts == 1  # type: ignore[union-attr]
-    assert dataclasses.replace(records[2], fence=2) == Outcome(1, 2, "succeeded")

@@ -43,7 +43,7 @@ class Owner:
         return {"instance": self.instance, "host": self.host, "pid": self.pid, "namespace": self.namespace}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SlotClaim:
     """One slot x partition this process wants to turn into a run."""
 
@@ -58,7 +58,7 @@ class SlotClaim:
     lane: str = "realtime"  # the job's lane (revision 0011_lanes): recorded on the run
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ClaimedRun:
     """A run this process now owns (or failed to lock, when ``locked`` is false)."""
 
@@ -84,7 +84,7 @@ class ClaimedRun:
         return self.attempt - self.uncounted_attempts
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Outcome:
     """The end of one attempt, as the one writer of outcomes records it."""
 
