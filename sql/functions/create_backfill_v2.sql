@@ -1,48 +1,7 @@
--- runner.create_backfill_v2: `runner backfill JOB --from A --to B ...` in the database
--- (runner.create_backfill_v1 with `resume`, issue 33; create_backfill_v1 calls it). Writes
--- the plan (runner.backfills), queues its runs and writes its runner.requests row (action
--- backfill), in the caller's transaction, or changes nothing and raises.
---
--- The caller computes the plan's slot x partitions from the job's definition (only the code
--- knows its schedule and partitions callable) and passes them as arrays; the function checks
--- what the database can: every array of the same length and not empty, every slot in
--- [range_from, range_to), every partition among `partitions` when the plan names them, and
--- the plan's options (the table's constraints). Only slots that are due: a slot after the
--- clock (now, or as_of) is refused, so no plan ever holds a slot whose instant has not come,
--- and a range_to after the clock is stored as the clock (+1 microsecond: a slot exactly at
--- it is due). The CLI and the web clamp --to to the database's now before they call this,
--- saying so (issue 26, defect 1). A plan always starts `running`, with one
--- token, expected_runs counted here, and requested_by = who: a caller cannot create a plan
--- in any other state. The pause condition (pause_when) is stored as given: the CLI checks it
--- before (it must return one boolean), and it is evaluated later only by the runners' pause
--- condition sandbox, never by this function.
---
--- Runs, each tagged with the plan's replay_group_id and lane, trigger backfill, its earlier
--- attempts no longer counted (uncounted_attempts = attempt), next_attempt_at NULL (the lane
--- starts them): a missing run is inserted pending; a failed, dead, skipped, coalesced,
--- awaiting-approval or cancelled run (a succeeded one with force) becomes pending again;
--- running and pending runs and runs of another unfinished plan are left alone. Never a
--- second run for a slot x partition.
---
--- Checkpoints (revision 0009_checkpoints, runner/checkpoints.py): a run queued again starts
--- from scratch: its checkpoint state is cleared (its count of checkpoints stays), so its next
--- attempt's ctx.resume is None; unless `resume` (`runner backfill --resume`, schema step
--- 0011_resume: the plan's `resume` column remembers it), when the state is kept and its next
--- attempt continues from it, as runner.rerun_v2 does for one run. The request row names, for
--- each run queued again that had a checkpoint, that checkpoint (when, fence, size, summary)
--- and whether it was kept.
---
--- Returns the plan's id, the request's id, how many runs were inserted, and the runs queued
--- again (a JSON array of {id, schedule_slot, partition_key, before_status, before_trigger,
--- before_attempt, before_fence, before_uncounted_attempts, before_last_error, and what the
--- requeue overwrote: before_replay_group_id, before_lane, before_finished_at,
--- before_status_reason, before_coalesced_into_slot, before_processed_count,
--- before_failed_count, before_checkpoint_at, before_checkpoint_fence, before_checkpoint_bytes,
--- before_checkpoint_summary}); the request row keeps them under each run's `before`, so that
--- cancelling the plan before a run starts restores a run it displaced (runner.cancel_backfill_v1).
--- Like every operator action (see runner.rerun_v2): SECURITY DEFINER with a fixed
--- search_path, its request row written by runner.operator_request_v1 (db_user =
--- session_user), refusals raised as P0001, EXECUTE for the operator role only.
+-- runner.create_backfill_v2: runner.create_backfill_v3 with the default pace of a plan's pause
+-- condition (5 s), for the clients of schema 0011_resume that call it (issue 33's `resume`;
+-- create_backfill_v1 calls it in turn). Everything it checks, writes and returns is v3's:
+-- see that file's header.
 CREATE OR REPLACE FUNCTION runner.create_backfill_v2(
     job_name text, range_from timestamptz, range_to timestamptz, partitions text[], lane text,
     concurrency integer, rate double precision, max_failures integer, pause_when text,
@@ -50,164 +9,14 @@ CREATE OR REPLACE FUNCTION runner.create_backfill_v2(
     window_starts timestamptz[], window_ends timestamptz[], idempotency_keys text[],
     who text, reason text, as_of timestamptz DEFAULT NULL, resume boolean DEFAULT false)
 RETURNS TABLE (backfill_id bigint, request_id bigint, inserted integer, requeued jsonb)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_variable
-DECLARE
-    clock constant timestamptz := coalesce(as_of, now());
-    n integer := coalesce(cardinality(slots), 0);
-    plan runner.backfills%ROWTYPE;
-    expected integer;
-    run_reason text;
-    queued jsonb;
-    added integer;
-    req bigint;
-BEGIN
-    PERFORM runner.operator_who_v1(who, reason);
-    IF n = 0 THEN
-        RAISE EXCEPTION 'a backfill needs at least one slot x partition; nothing written';
-    END IF;
-    IF coalesce(cardinality(partition_keys), -1) <> n OR coalesce(cardinality(business_dates), -1) <> n
-       OR coalesce(cardinality(window_starts), -1) <> n OR coalesce(cardinality(window_ends), -1) <> n
-       OR coalesce(cardinality(idempotency_keys), -1) <> n THEN
-        RAISE EXCEPTION 'the slot x partition arrays differ in length; nothing written';
-    END IF;
-    IF range_from IS NULL OR range_to IS NULL OR NOT range_from < range_to THEN
-        RAISE EXCEPTION 'the range must be [from, to) with from before to; nothing written';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(slots) AS t(s) WHERE s > clock) THEN
-        RAISE EXCEPTION 'the range reaches past now: slot % is not due yet (now is %); a backfill runs only slots that are due; nothing written',
-            (SELECT min(s) FROM unnest(slots) AS t(s) WHERE s > clock), clock;
-    END IF;
-    -- the plan's range ends at now at the latest (its runs of a range are judged over it)
-    range_to := least(range_to, clock + interval '1 microsecond');
-    IF EXISTS (SELECT 1 FROM unnest(slots, partition_keys, business_dates, window_starts, window_ends,
-                                    idempotency_keys) AS t(s, p, d, ws, we, k)
-               WHERE s IS NULL OR p IS NULL OR d IS NULL OR ws IS NULL OR we IS NULL OR k IS NULL
-                  OR s < range_from OR s >= range_to
-                  OR (partitions IS NOT NULL AND NOT p = ANY(partitions))) THEN
-        RAISE EXCEPTION 'a slot x partition lies outside the plan (its range [%, %) and partitions); nothing written',
-            range_from, range_to;
-    END IF;
-    SELECT count(*) INTO expected
-    FROM (SELECT DISTINCT s, p FROM unnest(slots, partition_keys) AS t(s, p)) AS d;
-
-    INSERT INTO runner.backfills AS b (
-        job_name, range_from, range_to, partitions, lane, concurrency, rate, max_failures,
-        pause_when, force, resume, status, expected_runs, tokens, tokens_at, requested_by, reason,
-        created_at, updated_at)
-    VALUES (job_name, range_from, range_to, partitions, lane, concurrency, rate, max_failures,
-            pause_when, coalesce(force, false), coalesce(resume, false), 'running', expected, 1, clock,
-            btrim(who), btrim(reason), clock, clock)
-    RETURNING * INTO plan;
-    run_reason := left(format('backfill %s: %s', plan.id, btrim(reason)), 1000);
-
-    WITH input AS (
-        SELECT DISTINCT t.schedule_slot, t.partition_key
-        FROM unnest(slots, partition_keys) AS t(schedule_slot, partition_key)
-    ), target AS (
-        SELECT r.id, r.status, r.trigger, r.attempt, r.fence, r.uncounted_attempts, r.last_error,
-               r.replay_group_id, r.lane, r.finished_at, r.status_reason, r.coalesced_into_slot,
-               r.processed_count, r.failed_count, r.checkpoint_at, r.checkpoint_fence,
-               r.checkpoint_bytes, r.checkpoint_summary
-        FROM input i
-        JOIN runner.job_runs r
-          ON r.job_name = plan.job_name AND r.schedule_slot = i.schedule_slot
-         AND r.partition_key = i.partition_key
-        WHERE (r.status IN ('failed', 'dead', 'skipped', 'coalesced', 'awaiting_approval', 'cancelled')
-               OR (plan.force AND r.status = 'succeeded'))
-          AND NOT EXISTS (SELECT 1 FROM runner.backfills o
-                          WHERE o.replay_group_id = r.replay_group_id
-                            AND o.status IN ('planned', 'running', 'paused'))
-        ORDER BY r.id
-        FOR UPDATE OF r
-    ), changed AS (
-        UPDATE runner.job_runs r
-        SET status = 'pending',
-            trigger = 'backfill',
-            replay_group_id = plan.replay_group_id,
-            lane = plan.lane,
-            next_attempt_at = NULL,
-            uncounted_attempts = r.attempt,
-            finished_at = NULL,
-            processed_count = 0,
-            failed_count = 0,
-            coalesced_into_slot = NULL,
-            status_reason = run_reason,
-            -- from scratch unless the plan resumes (0011_resume): else ctx.resume is None
-            checkpoint = CASE WHEN plan.resume THEN r.checkpoint END,
-            checkpoint_at = CASE WHEN plan.resume THEN r.checkpoint_at END,
-            checkpoint_fence = CASE WHEN plan.resume THEN r.checkpoint_fence END,
-            checkpoint_bytes = CASE WHEN plan.resume THEN r.checkpoint_bytes END,
-            checkpoint_summary = CASE WHEN plan.resume THEN r.checkpoint_summary END,
-            updated_at = clock
-        FROM target t
-        WHERE r.id = t.id AND r.status = t.status
-        RETURNING r.id, r.schedule_slot, r.partition_key, t.status AS before_status,
-                  t.trigger AS before_trigger, t.attempt AS before_attempt, t.fence AS before_fence,
-                  t.uncounted_attempts AS before_uncounted_attempts, t.last_error AS before_last_error,
-                  t.replay_group_id AS before_replay_group_id, t.lane AS before_lane,
-                  t.finished_at AS before_finished_at, t.status_reason AS before_status_reason,
-                  t.coalesced_into_slot AS before_coalesced_into_slot,
-                  t.processed_count AS before_processed_count, t.failed_count AS before_failed_count,
-                  t.checkpoint_at AS before_checkpoint_at, t.checkpoint_fence AS before_checkpoint_fence,
-                  t.checkpoint_bytes AS before_checkpoint_bytes,
-                  t.checkpoint_summary AS before_checkpoint_summary
-    )
-    SELECT coalesce(jsonb_agg(to_jsonb(c) ORDER BY c.id), '[]') INTO queued FROM changed c;
-
-    WITH input AS (
-        SELECT *
-        FROM unnest(slots, partition_keys, business_dates, window_starts, window_ends, idempotency_keys)
-             AS t(schedule_slot, partition_key, business_date, window_start, window_end, idempotency_key)
-    ), added_runs AS (
-        INSERT INTO runner.job_runs AS r (
-            job_name, schedule_slot, partition_key, business_date, window_start, window_end, status,
-            trigger, idempotency_key, replay_group_id, lane, scheduled_at, status_reason, updated_at)
-        SELECT plan.job_name, i.schedule_slot, i.partition_key, i.business_date, i.window_start,
-               i.window_end, 'pending', 'backfill', i.idempotency_key, plan.replay_group_id, plan.lane,
-               clock, run_reason, clock
-        FROM input i
-        ON CONFLICT ON CONSTRAINT job_runs_business_key DO NOTHING
-        RETURNING r.id
-    )
-    SELECT count(*) INTO added FROM added_runs;
-
-    req := runner.operator_request_v1('backfill', plan.job_name, who, reason, jsonb_build_object(
-        'backfill', jsonb_build_object(
-            'id', plan.id, 'replay_group_id', plan.replay_group_id, 'job_name', plan.job_name,
-            'range_from', plan.range_from, 'range_to', plan.range_to, 'partitions', plan.partitions,
-            'lane', plan.lane, 'concurrency', plan.concurrency, 'rate', plan.rate,
-            'max_failures', plan.max_failures, 'pause_when', plan.pause_when, 'force', plan.force,
-            'resume', plan.resume, 'expected_runs', plan.expected_runs),
-        'runs_inserted', added,
-        'runs_requeued', (
-            SELECT coalesce(jsonb_agg(jsonb_build_object(
-                'run_id', x.v -> 'id', 'slot', x.v -> 'schedule_slot',
-                'partition_key', x.v -> 'partition_key',
-                'before', jsonb_build_object(
-                    'status', x.v -> 'before_status', 'trigger', x.v -> 'before_trigger',
-                    'attempt', x.v -> 'before_attempt', 'fence', x.v -> 'before_fence',
-                    'uncounted_attempts', x.v -> 'before_uncounted_attempts',
-                    'replay_group_id', x.v -> 'before_replay_group_id', 'lane', x.v -> 'before_lane',
-                    'finished_at', x.v -> 'before_finished_at',
-                    'status_reason', x.v -> 'before_status_reason',
-                    'coalesced_into_slot', x.v -> 'before_coalesced_into_slot',
-                    'processed_count', x.v -> 'before_processed_count',
-                    'failed_count', x.v -> 'before_failed_count'),
-                'after', jsonb_build_object('status', 'pending', 'trigger', 'backfill'),
-                'checkpoint', CASE WHEN x.v ->> 'before_checkpoint_at' IS NOT NULL THEN jsonb_build_object(
-                    'at', x.v -> 'before_checkpoint_at', 'fence', x.v -> 'before_checkpoint_fence',
-                    'bytes', x.v -> 'before_checkpoint_bytes', 'summary', x.v -> 'before_checkpoint_summary',
-                    'kept', plan.resume) END)
-                ORDER BY x.n), '[]')
-            FROM jsonb_array_elements(queued) WITH ORDINALITY AS x(v, n)),
-        'runs_left_alone', plan.expected_runs - jsonb_array_length(queued) - added));
-
-    RETURN QUERY SELECT plan.id, req, added, queued;
-END
+    SELECT * FROM runner.create_backfill_v3(
+        job_name, range_from, range_to, partitions, lane, concurrency, rate, max_failures, pause_when,
+        force, slots, partition_keys, business_dates, window_starts, window_ends, idempotency_keys,
+        who, reason, as_of, resume, NULL)
 $$;
 REVOKE ALL ON FUNCTION runner.create_backfill_v2(
     text, timestamptz, timestamptz, text[], text, integer, double precision, integer, text, boolean,

@@ -1,10 +1,52 @@
--- runner.create_backfill_v3: `runner backfill JOB --from A --to B ...` in the database, as
--- runner.create_backfill_v2 (see its header: the checks, the writes, the request row, the
--- return value) with `pause_every` (schema step 0012_pauseevery, `runner backfill
--- --pause-every`): the seconds between two evaluations of the plan's pause condition across
--- all runners, 1 to 3600 (the table's constraint); NULL stores the column's default, 5. The
--- request row's `backfill` names it. runner.create_backfill_v2 and _v1 stay for the clients
--- that call them: their plans get the default.
+-- runner.create_backfill_v3: `runner backfill JOB --from A --to B ...` in the database
+-- (create_backfill_v2 and _v1 call it, for the clients that call them: their plans get the
+-- default pace). Writes
+-- the plan (runner.backfills), queues its runs and writes its runner.requests row (action
+-- backfill), in the caller's transaction, or changes nothing and raises.
+--
+-- The caller computes the plan's slot x partitions from the job's definition (only the code
+-- knows its schedule and partitions callable) and passes them as arrays; the function checks
+-- what the database can: every array of the same length and not empty, every slot in
+-- [range_from, range_to), every partition among `partitions` when the plan names them, and
+-- the plan's options (the table's constraints). Only slots that are due: a slot after the
+-- clock (now, or as_of) is refused, so no plan ever holds a slot whose instant has not come,
+-- and a range_to after the clock is stored as the clock (+1 microsecond: a slot exactly at
+-- it is due). The CLI and the web clamp --to to the database's now before they call this,
+-- saying so (issue 26, defect 1). A plan always starts `running`, with one
+-- token, expected_runs counted here, and requested_by = who: a caller cannot create a plan
+-- in any other state. The pause condition (pause_when) is stored as given: the CLI checks it
+-- before (it must return one boolean), and it is evaluated later only by the runners' pause
+-- condition sandbox, never by this function, at most once every `pause_every` seconds across
+-- all runners (schema step 0012_pauseevery, `runner backfill --pause-every`: 1 to 3600, the
+-- table's constraint; NULL stores the column's default, 5); the request row's `backfill`
+-- names it.
+--
+-- Runs, each tagged with the plan's replay_group_id and lane, trigger backfill, its earlier
+-- attempts no longer counted (uncounted_attempts = attempt), next_attempt_at NULL (the lane
+-- starts them): a missing run is inserted pending; a failed, dead, skipped, coalesced,
+-- awaiting-approval or cancelled run (a succeeded one with force) becomes pending again;
+-- running and pending runs and runs of another unfinished plan are left alone. Never a
+-- second run for a slot x partition.
+--
+-- Checkpoints (revision 0009_checkpoints, runner/checkpoints.py): a run queued again starts
+-- from scratch: its checkpoint state is cleared (its count of checkpoints stays), so its next
+-- attempt's ctx.resume is None; unless `resume` (`runner backfill --resume`, schema step
+-- 0011_resume: the plan's `resume` column remembers it), when the state is kept and its next
+-- attempt continues from it, as runner.rerun_v2 does for one run. The request row names, for
+-- each run queued again that had a checkpoint, that checkpoint (when, fence, size, summary)
+-- and whether it was kept.
+--
+-- Returns the plan's id, the request's id, how many runs were inserted, and the runs queued
+-- again (a JSON array of {id, schedule_slot, partition_key, before_status, before_trigger,
+-- before_attempt, before_fence, before_uncounted_attempts, before_last_error, and what the
+-- requeue overwrote: before_replay_group_id, before_lane, before_finished_at,
+-- before_status_reason, before_coalesced_into_slot, before_processed_count,
+-- before_failed_count, before_checkpoint_at, before_checkpoint_fence, before_checkpoint_bytes,
+-- before_checkpoint_summary}); the request row keeps them under each run's `before`, so that
+-- cancelling the plan before a run starts restores a run it displaced (runner.cancel_backfill_v1).
+-- Like every operator action (see runner.rerun_v2): SECURITY DEFINER with a fixed
+-- search_path, its request row written by runner.operator_request_v1 (db_user =
+-- session_user), refusals raised as P0001, EXECUTE for the operator role only.
 CREATE OR REPLACE FUNCTION runner.create_backfill_v3(
     job_name text, range_from timestamptz, range_to timestamptz, partitions text[], lane text,
     concurrency integer, rate double precision, max_failures integer, pause_when text,
