@@ -1,7 +1,7 @@
 """The gap-scan duty: keep ``runner.missing_slots`` cheap.
 
 The view expands each job's expected slots only above its watermark, below which every
-expected slot is known to have a run row (sql/functions/advance_watermarks_v2.sql; the
+expected slot is known to have a run row (sql/functions/advance_watermarks_v3.sql; the
 runners call runner.advance_watermarks_v3). A
 runner moves the watermarks forward every ``interval`` seconds in a thread of its own, on a
 connection of its own, so an advance never holds up the loop. Several runners may do it at

@@ -17,8 +17,9 @@ It also times the first advance two ways, from no watermark at all:
 
   * the runners' catch-up (runner/worker/gapscan.py's Advancer, its defaults or `--target` /
     `--max-probes`, on an autocommit connection as the loop gives it: bounded calls of
-    runner.advance_watermarks_v3, or of `--function advance_watermarks_v2` to measure the
-    older release's in the same sitting, each its own transaction): how many calls, the
+    runner.advance_watermarks_v3 or the one `--function` names, each its own transaction;
+    v2 and v1 call v3 since issue 32, so an older release's advance is measured from that
+    release's checkout, migrated into its own scratch database): how many calls, the
     longest and the median call, the catch-up's total, and how many row versions of
     runner.gap_watermarks it wrote; issue 32's goal is no call over 1 s at 10M;
   * one uncapped runner.advance_watermarks_v1() (the whole history in one statement, what no
@@ -285,7 +286,7 @@ def main() -> None:
                         help="instead of seeding: measure this database, seeded before (BENCH_KEEP_DB=1 keeps "
                              "the scratch database bench_gap_scan_ROWS); its watermarks and holes are deleted")
     parser.add_argument("--function", default="advance_watermarks_v3",
-                        help="the advance the catch-up calls (advance_watermarks_v2: an older release's)")
+                        help="the advance the catch-up calls (v2 and v1 call v3 since issue 32)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.db:

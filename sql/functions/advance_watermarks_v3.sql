@@ -1,7 +1,7 @@
--- runner.advance_watermarks_v3(as_of, max_span, max_probes, tidy): what
--- runner.advance_watermarks_v2 does (sql/functions/advance_watermarks_v2.sql states what a
--- watermark means, the caps, the sharing of max_probes, concurrency, cost and privileges),
--- with three changes of issue 32 for the duty's many short calls:
+-- runner.advance_watermarks_v3(as_of, max_span, max_probes, tidy): the gap-scan watermark
+-- advance (what a watermark means, the caps, the sharing of max_probes, concurrency, cost and
+-- privileges: below), with these changes of issue 32 over the v2 of release 0011 for the
+-- duty's many short calls:
 --
 --   * each cron of the locked jobs is parsed once per call (`specs`), where v2 parsed it once
 --     for the job's density and again for every expansion (0.13 ms each, 1,000 times a call
@@ -14,8 +14,66 @@
 --     100,000-run slot, two runners' first calls at once);
 --   * a partition's probe for a run seeks its whole key (see `missing`).
 --
--- The runners' duty (runner/worker/gapscan.py) and `runner gaps` call this one; v2 stays for
--- runners of an older release while they run.
+-- The runners' duty (runner/worker/gapscan.py) and `runner gaps` call this one; v2 and v1
+-- call it too, for runners of an older release while they run.
+--
+-- runner.advance_watermarks_v3(as_of, max_span, max_probes, tidy): move each job's gap-scan
+-- watermark towards as_of (default now()), at most max_span past where it stands and at most
+-- about max_probes slot x partition expansions in all (each job an even share, converted to a
+-- span by the job's densest schedule: a job every second with 10,000 partitions gets a short
+-- span, a daily one a long one; never less than one slot's step), so that runner.missing_slots
+-- expands only the slots after it. Returns one row: `moved`, how many jobs' watermarks moved,
+-- and `behind`, how many of the jobs it advanced are still short of as_of (call again, in a
+-- new transaction, to go on). Both caps NULL: no cap (runner.advance_watermarks_v1 is that).
+-- tidy (default true): also forget the holes under the watermark that have since got a run.
+-- The loop's duty calls it until nothing is behind (runner/gapscan.py); `runner gaps` calls it
+-- once first.
+--
+-- What a watermark means (runner.gap_watermarks, sql/schema/0001_baseline.sql): every expected
+-- slot x partition at or below complete_through had a run row, in ANY status, or is recorded
+-- in runner.gap_holes. The advance expands the slots between the job's (trusted) watermark
+-- and its target exactly as the view does, records those with no run as holes, forgets holes
+-- that have since got a run or that a newer schedule no longer expects, and sets
+-- complete_through to the target with the schedule history and track_from it judged by.
+--
+-- Why "has a run row" and not "is accounted for": a run row never goes away (only pruning
+-- deletes runs), whatever its status does later, so a watermark built on existence stays true
+-- when a rerun or backfill reopens an old run (succeeded -> pending), and needs no triggers
+-- and no cooperation from the code that reopens runs. The view finds runs that are not
+-- accounted for through the partial index job_runs_unaccounted (wherever their slot), and
+-- slots without a run below the watermark through runner.gap_holes. A run that is failed or
+-- dead, or a slot never started, does not stop the watermark, so one forgotten slot cannot
+-- make every later scan expand from it.
+--
+-- Why a cap (revision 0020_bounded). Without one, the first advance of an old ledger expands
+-- its whole history in one statement: 92 s for 90 days of 1,000 jobs (29M runs), and a
+-- statement that long holds a snapshot that keeps every vacuum of the database from removing
+-- anything meanwhile (seen: autovacuum of the hot tables finding 100,000 dead versions "not yet
+-- removable" for minutes). With the caps, one call expands a bounded number of slots: its
+-- cost follows the budget, not the ledger's age, and catching up is a series of short
+-- transactions. Any watermark is correct, so a partial advance never changes what the
+-- gap scan lists: the view expands from wherever the watermark stands up to its as_of.
+--
+-- Concurrency. Safe from several processes at once: each job's watermark row is locked with
+-- FOR UPDATE SKIP LOCKED, so a job being advanced elsewhere is skipped (it moves in that
+-- call), and two callers never wait on each other except when both create the first
+-- watermark row of a new job. The main statement reads the ledger after those locks are
+-- held, with one snapshot: a run committed after it started is seen as missing, recorded as
+-- a hole (harmless: the view and the next advance look for a run first). A schedule change
+-- whose valid_from is below a watermark written without it (its transaction started before
+-- the advance's) is caught by schedule_from: the view trusts the watermark only below that
+-- change. Call it in READ COMMITTED (the default), in its own short transaction.
+--
+-- Cost: at most max_span of each job's slots and about max_probes (or one slot per job), plus one hash lookup per hole above the
+-- watermark up to the target (holes a newer schedule may no longer expect: an anti-join
+-- against the slots just expanded), plus, in a tidy call for a job at as_of, one index probe per
+-- recorded hole under the watermark (a hole is a slot the view lists as never started; the
+-- view probes the same holes on every scan, so this follows the size of its answer).
+--
+-- Privileges: it writes only derived data (runner.gap_watermarks and runner.gap_holes), so it
+-- runs as its owner (SECURITY DEFINER, with a fixed search_path), and the roles of
+-- sql/roles.sql need no DELETE for it. EXECUTE is revoked from PUBLIC: roles.sql grants it to
+-- the worker role; `runner gaps` run by a role without it scans without advancing.
 CREATE OR REPLACE FUNCTION runner.advance_watermarks_v3(
     as_of timestamptz DEFAULT NULL, max_span interval DEFAULT NULL, max_probes integer DEFAULT NULL,
     tidy boolean DEFAULT true, OUT moved integer, OUT behind integer)
