@@ -73,9 +73,10 @@
 --
 -- One call for every job (only_job NULL) takes each job's own watermark: per job a few index
 -- probes (its watermark, schedule rows, retirements), per slot since the watermark and per
--- recorded hole one probe for a run, per unaccounted run one row. runner.job_health_v1 makes
--- that one call for all jobs and groups the rows (revision 0016_health), where the view made
--- one call per job: each call's executor start-up cost more than its answer. The same
+-- recorded hole one probe for a run, per unaccounted run one row, and per dead or held run
+-- one probe for the runs coalesced into it. runner.job_health_v1 makes that one call for all
+-- jobs and groups the rows (revision 0016_health), where the view made one call per job:
+-- each call's executor start-up cost more than its answer. The same
 -- revision reads a job's holes by its key and looks up retired spans only for a job that was
 -- ever retired (same rows: an unretired job's one span is all of time); before, every call,
 -- even for one job, checked the spans of every hole of every job.
