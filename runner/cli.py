@@ -1183,7 +1183,8 @@ def _show_impact(planned: backfill.BackfillPlan) -> None:
               else "no failure threshold"]
     _say(f"  runs with: {', '.join(limits)}")
     if spec.pause_when:
-        _say(f"  pauses when: {spec.pause_when}  (now: {planned.pause_when_now})")
+        _say(f"  pauses when: {spec.pause_when}  (now: {planned.pause_when_now}; "
+             f"evaluated every {spec.pause_every_or_default} s)")
 
 
 def _show_starts(planned: backfill.BackfillPlan) -> None:
@@ -1229,10 +1230,14 @@ def backfill_create(
         min=0, help="pause when more runs than this are failed or dead")] = 10,
     pause_when: Annotated[str | None, typer.Option(
         help="pause when this SQL returns true (one boolean; run as the condition role of "
-             "sql/roles.sql, read-only, 1 s timeout, every 5 s)")] = None,
+             "sql/roles.sql, read-only, 1 s timeout, every --pause-every seconds)")] = None,
     pause_when_prometheus: Annotated[str | None, typer.Option(
         help="pause when this Prometheus instant query has a non-zero sample (asked of "
-             "--prometheus-url, every 5 s)")] = None,
+             "--prometheus-url, every --pause-every seconds)")] = None,
+    pause_every: Annotated[str | None, typer.Option(
+        metavar="SECONDS",
+        help="evaluate the pause condition at most once every SECONDS across all runners "
+             "(1 to 3600; default 5; only with --pause-when or --pause-when-prometheus)")] = None,
     prometheus_url: PrometheusOpt = None,
     force: Annotated[bool, typer.Option(help="run again slots that already succeeded")] = False,
     resume: Annotated[bool, typer.Option(
@@ -1256,11 +1261,13 @@ def backfill_create(
         fail("--rate must be above 0 (runs per second)", 2)
     if pause_when is not None and pause_when_prometheus is not None:
         fail("--pause-when and --pause-when-prometheus: give one of them", 2)
+    if pause_every is not None and pause_when is None and pause_when_prometheus is None:
+        fail("--pause-every needs a condition (--pause-when or --pause-when-prometheus)", 2)
     if pause_when_prometheus is not None:
         pause_when = PROMETHEUS_CONDITION + pause_when_prometheus
     params = _params("backfill", job=job, **{"from": range_from, "to": range_to}, partitions=partition,
                      lane=lane, concurrency=concurrency, rate=rate, max_failures=max_failures,
-                     pause_when=pause_when, force=force, resume=resume)
+                     pause_when=pause_when, pause_every=pause_every, force=force, resume=resume)
     with _errors():
         runner_app = load_app(app_spec)
         if job not in runner_app.jobs:
@@ -1358,7 +1365,7 @@ def _show_progress(progress: backfill.Progress) -> None:
     _say(f"  concurrency {p['concurrency']}, "
                + (f"rate {p['rate']:g}/s" if p["rate"] is not None else "rate unlimited")
                + (f", pause after {p['max_failures']} failure(s)" if p["max_failures"] is not None else "")
-               + (f", pause when: {p['pause_when']}" if p["pause_when"] else "")
+               + (f", pause when: {p['pause_when']} (every {p['pause_every']} s)" if p["pause_when"] else "")
                + (", forced" if p["force"] else "")
                + (", its runs queued again resume from their checkpoints" if p.get("resume") else ""))
     _say(f"  progress: {progress.done}/{progress.total} done ("

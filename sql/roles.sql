@@ -46,7 +46,7 @@
 --                    DELETE or TRUNCATE anywhere, no write to runner.requests, runner.job_pauses
 --                    or runner.alembic_version, no UPDATE of a run's status, fence or attempt.
 --   runner_operator  what runner_readonly has, plus EXECUTE on the action functions
---                    (runner.rerun_v1, set_job_paused_v1, decide_runs_v1, create_backfill_v1 and _v2,
+--                    (runner.rerun_v1, set_job_paused_v1, decide_runs_v1, create_backfill_v1, _v2 and _v3,
 --                    pause_backfill_v1, resume_backfill_v1, cancel_backfill_v1,
 --                    record_backfill_verify_v1, retire_job_v1, unretire_job_v1, set_lane_v1; and
 --                    prune_v1, which it shares with the worker): each checks the transition, writes the
@@ -167,7 +167,8 @@ BEGIN
           AND p.proname IN ('start_attempts_v1', 'finish_attempts_v1', 'checkpoint_v1', 'record_replay_plan_v1',
                             'tier_backfill_v1', 'advance_watermarks_v1', 'advance_watermarks_v2', 'advance_watermarks_v3', 'rerun_v1', 'rerun_v2',
                             'set_job_paused_v1', 'rerun_runs_v1',
-                            'decide_runs_v1', 'create_backfill_v1', 'create_backfill_v2', 'pause_backfill_v1',
+                            'decide_runs_v1', 'create_backfill_v1', 'create_backfill_v2', 'create_backfill_v3',
+                            'pause_backfill_v1',
                             'resume_backfill_v1', 'cancel_backfill_v1', 'record_backfill_verify_v1',
                             'retire_job_v1', 'unretire_job_v1', 'prune_v1', 'lane_budget_v1',
                             'lane_spend_v1', 'set_lane_v1', 'prune_instances_v1', 'sync_schedule_v1',

@@ -91,6 +91,23 @@ def test_paused_job_is_not_claimed(conns: Any, db_url: str) -> None:
     assert [r.job_name for r in won] == ["report"]
 
 
+def test_a_slot_that_fell_due_while_paused_is_not_claimed_after_the_resume(conns: Any, db_url: str) -> None:
+    """A live claim that reaches the database after the resume committed, for a slot that fell
+    due inside the pause (still within its grace), starts nothing: the pause's slots are not
+    expected (runner.expected_spans_v1), so running one would be a run the ledger does not
+    expect (seen in a loaded full run of test_edges: slot 52.0 claimed after a resume at 52.x)."""
+    a, _ = conns
+    a.execute("INSERT INTO runner.job_pauses (job_name, paused_from, paused_until) VALUES ('pausable', %s, %s)",
+              (T0 - timedelta(minutes=2), T0 + timedelta(seconds=30)))
+    _, won = ledger.claim_slots(a, owner(), claims("pausable", T0, [""]) + claims("report", T0, ["t1"]),
+                                now=T0 + timedelta(seconds=31))
+    assert [r.job_name for r in won] == ["report"]
+    # the slot after the pause is claimed as ever
+    _, won = ledger.claim_slots(a, owner(), claims("pausable", T0 + timedelta(minutes=1), [""]),
+                                now=T0 + timedelta(minutes=1))
+    assert [r.job_name for r in won] == ["pausable"]
+
+
 def test_outcome_with_stale_fence_is_refused_and_recorded(conns: Any, db_url: str) -> None:
     a, b = conns
     _, (run,) = ledger.claim_slots(a, owner(), claims("report", T0, ["t1"]), now=T0)

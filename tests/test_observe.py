@@ -95,3 +95,21 @@ def test_a_real_prometheus_scrapes_job_name_and_no_exported_job(db_url: str, tmp
             assert prom.query('{__name__=~"runner_.+", job!="runner"}') == []
     finally:
         assert proc.terminate() == 0, proc.output()
+
+
+def test_a_claims_lags_observed_at_once() -> None:
+    """A claim's runs' start lags go in at once (runner/worker/claims.py): each job's
+    histogram counts its own runs, and only live slots (trigger schedule) feed the window
+    behind runner_backfill_live_lag_seconds."""
+    from runner.worker.metrics import Metrics
+
+    m = Metrics()
+    m.observe_lags([("a", 0.2, "schedule"), ("a", 0.4, "schedule"), ("b", 9.0, "backfill"),
+                    ("a", 0.3, "retry"), ("b", 0.1, "schedule")])
+    assert m.registry.get_sample_value("runner_schedule_lag_seconds_count", {"job_name": "a"}) == 3
+    assert m.registry.get_sample_value("runner_schedule_lag_seconds_sum", {"job_name": "b"}) == 9.1
+    assert m.live_lag_p99() == 0.4  # of 0.1, 0.2, 0.4: the backfill's 9 s and the retry are not live
+    m.observe_lag("c", 0.5, "schedule")
+    assert m.registry.get_sample_value("runner_schedule_lag_seconds_count", {"job_name": "c"}) == 1
+    assert m.live_lag_p99() == 0.5
+

@@ -56,6 +56,7 @@ class Prometheus:
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str, str]] = []  # method, path, query
+        self.asked_at: list[tuple[float, str]] = []  # time.monotonic() of each query
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,6 +64,7 @@ class Prometheus:
                 parts = urlsplit(self.path)
                 query = parse_qs(parts.query).get("query", [""])[0]
                 outer.asked.append(("GET", parts.path, query))
+                outer.asked_at.append((time.monotonic(), query))
                 if query == "slow":
                     time.sleep(3)  # an answer slower than any evaluation may take
                 if query == "slower":
@@ -255,8 +257,8 @@ def test_a_real_prometheus_condition_pauses_the_plan_every_time_it_holds(db_url:
             app = "tests/apps/conditions.py:app"
             made = run_cli("backfill", "hourly", "--from", T0.isoformat(), "--to",
                            (T0 + 5000 * HOUR).isoformat(), "--reason", "replay", "--yes", "--json",
-                           "--pause-when-prometheus", "pause_flag == 1", "--prometheus-url", prom.url,
-                           "--app", app, url=db_url)
+                           "--pause-when-prometheus", "pause_flag == 1", "--pause-every", "1",
+                           "--prometheus-url", prom.url, "--app", app, url=db_url)
             assert made.returncode == 0, made.stderr
             assert json.loads(made.stdout)["pause_when_now"] is False
             plan = rows(db_url, "SELECT id FROM runner.backfills")[0][0]

@@ -3,8 +3,8 @@
 A *plan* (a ``runner.backfills`` row) covers the slots of one job in ``[range_from, range_to)``
 by the job's current schedule, times its partitions (``--partition``, else the job's static
 partitions, else what its partitions callable returns for each slot). Creating it writes, in
-one transaction with its ``runner.requests`` row (one call of ``runner.create_backfill_v2``,
-sql/functions/create_backfill_v2.sql, as every operator action on a plan is a function),
+one transaction with its ``runner.requests`` row (one call of ``runner.create_backfill_v3``,
+sql/functions/create_backfill_v3.sql, as every operator action on a plan is a function),
 one queued run per slot x partition, tagged with the plan's ``replay_group_id`` and lane,
 and trigger ``backfill``:
 
@@ -56,13 +56,14 @@ pass, under that lock, the plan
   are not done; issue 26, defect 7).
 
 Only slots that are due: ``plan`` clamps a range reaching past the database's now to it
-(saying so in one line, ``BackfillPlan.clamped``), ``runner.create_backfill_v2`` refuses a slot
+(saying so in one line, ``BackfillPlan.clamped``), ``runner.create_backfill_v3`` refuses a slot
 after its clock, and neither ``claim_plan_runs`` nor ``runner.start_attempts_v1`` starts a run
 whose slot is after now (issue 26, defect 1). Cancelling a plan restores the runs it displaced
 and never started (a forced success, a skipped or coalesced run) as they were (defect 6).
 
-A plan also pauses when the operator's ``pause_when`` condition returns true or fails. That
-condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
+A plan also pauses when the operator's ``pause_when`` condition returns true or fails,
+evaluated at most once every ``pause_every`` seconds (``--pause-every``, given only with a
+condition). That condition is untrusted SQL: it never runs on the lock session nor in the lane's pass, but
 on a connection and thread of its own, as the condition role (runner/worker/conditions.py), which
 pauses the plan; the lane only sees the plan paused. It is also evaluated, the same way and
 on a connection of its own, when the plan is created (an error refuses the plan).
@@ -154,8 +155,16 @@ class Spec:
     rate: float | None = None  # runs started per second; None: unlimited
     max_failures: int | None = 10
     pause_when: str | None = None
+    pause_every: int | None = None  # seconds between two evaluations of pause_when; None: conditions.EVERY
     force: bool = False
     resume: bool = False  # the runs queued again continue from their last checkpoints (issue 33)
+
+    @property
+    def pause_every_or_default(self) -> int | None:
+        """The seconds between two evaluations of the plan's condition; None without one."""
+        if self.pause_when is None:
+            return None
+        return conditions.EVERY if self.pause_every is None else self.pause_every
 
 
 @dataclass(frozen=True)
@@ -240,6 +249,7 @@ class BackfillPlan:
             "rate": self.spec.rate,
             "max_failures": self.spec.max_failures,
             "pause_when": self.spec.pause_when,
+            "pause_every": self.spec.pause_every_or_default,
             "force": self.spec.force,
             "resume": self.spec.resume,
             "with_checkpoint": self.with_checkpoint,
@@ -379,6 +389,13 @@ def plan(conn: psycopg.Connection[Any], job: JobDef, spec: Spec,
         raise OperatorError(f"unknown lane {spec.lane!r} (lanes: {', '.join(known)}; add one with "
                             "runner lane set)")
     pause_now = None
+    if spec.pause_every is not None:
+        if spec.pause_when is None:
+            raise OperatorError("--pause-every needs a condition (--pause-when or "
+                                "--pause-when-prometheus); nothing written")
+        if not conditions.MIN_EVERY <= spec.pause_every <= conditions.MAX_EVERY:
+            raise OperatorError(f"--pause-every must be between {conditions.MIN_EVERY} and "
+                                f"{conditions.MAX_EVERY} seconds, got {spec.pause_every}")
     if spec.pause_when is not None:
         if not spec.pause_when.strip():
             raise OperatorError("--pause-when must not be empty")
@@ -424,7 +441,8 @@ def create(conn: psycopg.Connection[Any], planned: BackfillPlan, reason: str, wh
             "job_name": spec.job_name, "range_from": spec.range_from, "range_to": spec.range_to,
             "partitions": planned.partitions, "lane": spec.lane, "concurrency": spec.concurrency,
             "rate": spec.rate, "max_failures": spec.max_failures, "pause_when": spec.pause_when,
-            "force": spec.force, **planned.expected.columns(), "who": who, "reason": reason,
+            "pause_every": spec.pause_every, "force": spec.force, **planned.expected.columns(),
+            "who": who, "reason": reason,
             "now": now, "resume": spec.resume,
         })
         row = _one(conn, "get_plan", {"plan_id": made["backfill_id"]})

@@ -39,7 +39,7 @@ import psycopg
 from runner.actions import approvals, backfill, bulk, copies, operate, retention
 from runner.actions.operate import OperatorError
 from runner.model.app import LANE_NAME, JobDef, Runner
-from runner.worker import lanes
+from runner.worker import conditions, lanes
 
 log = logging.getLogger("runner.actions")
 
@@ -432,6 +432,7 @@ def _backfill_plan(ctx: Context, p: dict[str, Any]) -> backfill.BackfillPlan:
     spec = backfill.Spec(job_name=p["job"], range_from=p["from"], range_to=p["to"],
                          partitions=p["partitions"], lane=p["lane"], concurrency=p["concurrency"],
                          rate=p["rate"], max_failures=p["max_failures"], pause_when=p["pause_when"],
+                         pause_every=p["pause_every"],
                          force=p["force"], resume=bool(p.get("resume")))
     return backfill.plan(ctx.conn, job_definition(ctx.app, p["job"]), spec, ctx.prometheus_url)
 
@@ -450,6 +451,9 @@ register(Action(
      Param("max_failures", "int", help="pause when more runs than this are failed or dead",
            option="--max-failures", default=10, low=0),
      Param("pause_when", "text", help="pause when this SQL returns true", option="--pause-when", web=False),
+     # the condition's pace: CLI-only as the condition is (given without one, it is refused)
+     Param("pause_every", "int", help="seconds between two evaluations of the pause condition (default 5)",
+           option="--pause-every", web=False, low=conditions.MIN_EVERY, high=conditions.MAX_EVERY),
      Param("force", "flag", help="run again slots that already succeeded", option="--force", default=False),
      Param("resume", "flag", option="--resume", default=False,
            help="the runs queued again continue from their last checkpoints (default: from scratch)")),

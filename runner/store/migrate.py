@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 # The newest revision under migrations/versions. Kept here so that every command can check
 # the schema without importing alembic (half a second); a test keeps it equal to alembic's.
-HEAD = "0011_resume"
+HEAD = "0012_pauseevery"
 
 # The history before the baseline (revisions 0001_foundation .. 0025_scan, rewritten once
 # before the first release into migrations/versions/0001_baseline.py and the live objects of

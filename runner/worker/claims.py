@@ -305,8 +305,7 @@ class ClaimPath:
                     self.metrics.of(self.metrics.conflicts, c.job_name).inc()
                     event(log, "job_claim_skipped", logging.DEBUG, job=c.job_name, slot=c.slot,
                           partition=c.partition_key, reason="another process claimed it")
-        m = self.metrics
-        for r in runs:
-            m.observe_lag(r.job_name, max((db_now - r.slot).total_seconds(), 0.0), r.trigger)
+        self.metrics.observe_lags([(r.job_name, max((db_now - r.slot).total_seconds(), 0.0), r.trigger)
+                                   for r in runs])
         self._start(runs)
         return won

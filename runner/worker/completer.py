@@ -120,13 +120,14 @@ class Completer:
                 time.sleep(delay)  # backoff between reconnection attempts
                 delay = min(delay * 2, 10.0)
         now = time.time()
+        ended: dict[tuple[str, str], int] = {}  # (job, status) -> attempts: the counters once a batch
         for run, outcome in batch:
             if outcome is None:  # recorded in the handler's own transaction
                 self.stats["succeeded"] += 1
-                self._ended(run, "succeeded", now)
+                self._ended(run, "succeeded", ended)
             elif not landed.get((outcome.run_id, outcome.fence), False):
                 self.stats["stale"] += 1
-                self.metrics.of(self.metrics.completed, run.job_name, "refused").inc()
+                ended[run.job_name, "refused"] = ended.get((run.job_name, "refused"), 0) + 1
                 event(log, "outcome_refused", logging.WARNING, job=run.job_name, slot=run.slot,
                       partition=run.partition_key, run_id=run.id, attempt=run.attempt,
                       fence=run.fence, outcome=outcome.status, reason="stale fence")
@@ -136,7 +137,14 @@ class Completer:
                     self.stats["succeeded"] += 1
                 elif outcome.status in ("failed", "dead"):
                     self.stats["failed"] += 1
-                self._ended(run, status, now, outcome)
+                self._ended(run, status, ended, outcome)
+        m = self.metrics
+        for (job_name, status), n in ended.items():
+            m.of(m.completed, job_name, status).inc(n)
+            if status == "succeeded":
+                m.of(m.last_success, job_name).set(now)
+            elif status == "handed_off":
+                m.of(m.handoffs, job_name).inc(n)
         runs = [run for run, _ in batch]
         self._recorded(runs)
         locked = self.attempts.release(runs)
@@ -148,14 +156,14 @@ class Completer:
         self._wake.set()
         return conn
 
-    def _ended(self, run: ClaimedRun, status: str, now: float, outcome: Outcome | None = None) -> None:
-        self.metrics.of(self.metrics.completed, run.job_name, status).inc()
+    def _ended(self, run: ClaimedRun, status: str, ended: dict[tuple[str, str], int],
+               outcome: Outcome | None = None) -> None:
+        """One attempt's end: counted in ``ended`` (the batch's metrics), and its event."""
+        ended[run.job_name, status] = ended.get((run.job_name, status), 0) + 1
         if status == "succeeded":
-            self.metrics.of(self.metrics.last_success, run.job_name).set(now)
             event(log, "attempt_succeeded", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence)
         elif status == "handed_off":
-            self.metrics.of(self.metrics.handoffs, run.job_name).inc()
             event(log, "attempt_handed_off", job=run.job_name, slot=run.slot, partition=run.partition_key,
                   run_id=run.id, attempt=run.attempt, fence=run.fence)
         elif status != "released":

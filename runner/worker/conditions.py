@@ -35,7 +35,11 @@ runner serving the job will run, so it runs where it can do no harm.
   condition lock (the two-int advisory key ``(lock namespace, -plan id)``, taken with try;
   see sql/queries/conditions.sql), re-checks under it that the condition is still due, and
   records the check (``pause_checked_at``) in the same transaction, so each condition runs
-  at most once every ``EVERY`` seconds across all runners.
+  at most once every ``pause_every`` seconds across all runners: the plan's own pace
+  (``runner backfill --pause-every``, ``MIN_EVERY`` to ``MAX_EVERY``; ``EVERY`` when not
+  given, and for the plans of older clients and misfire tiers). A runner looks for due
+  conditions every ``POLL`` seconds: a running fleet evaluates a condition again within
+  about ``pause_every + POLL`` seconds of its last check.
 
 A condition that took advisory locks fails (its locks are released; the plan pauses saying
 so): a key it held even for a second may have blocked a claim or a takeover. PostgreSQL
@@ -124,7 +128,8 @@ BQ = queries("backfill")  # the lane's read-only limits and its pause statements
 
 STATEMENT_TIMEOUT = "1s"  # the condition's statement timeout
 EVALUATION_TIMEOUT = 3.0  # seconds: one plan's whole evaluation (lock, describe, run, record)
-EVERY = 5.0  # seconds between two evaluations of a plan's condition (across all runners)
+EVERY = 5  # seconds between two evaluations of a plan's condition (across all runners), by default
+MIN_EVERY, MAX_EVERY = 1, 3600  # a plan's pause_every (the table's constraint: 0012_pauseevery)
 POLL = 1.0  # seconds between two looks for due conditions
 WATCH_INTERVAL = 0.05  # seconds between two looks at a running condition's advisory locks
 WATCH_JOIN = 2.0  # seconds the watch's last look may take once the statement is done
@@ -440,7 +445,7 @@ def _watchdog(conns: list[psycopg.Connection[Any]], seconds: float,
 
 
 def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
-                  now: datetime | None = None, every: float = EVERY,
+                  now: datetime | None = None, every: float | None = None,
                   timeout: float = EVALUATION_TIMEOUT,
                   prometheus_url: str | None = None, watch: Watcher | None = None,
                   standby: psycopg.Connection[Any] | None = None) -> Evaluation | None:
@@ -450,7 +455,8 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
     ``standby`` when given (a condition session on a hot standby of the ledger,
     ``open_standby``), else on ``conn``, watched by ``watch`` (one of its own for this call
     when None). None when another runner holds the lock or the condition is no longer
-    due."""
+    due: last checked less than the plan's ``pause_every`` seconds ago (``every`` in place
+    of it when given)."""
     if standby is None and watch is None:
         with Watcher(conn) as own:
             return evaluate_plan(conn, namespace, plan_id, now, every, timeout, prometheus_url, own)
@@ -493,11 +499,12 @@ def evaluate_plan(conn: psycopg.Connection[Any], namespace: int, plan_id: int,
 
 
 def run_once(conn: psycopg.Connection[Any], namespace: int, job_names: Iterable[str],
-             now: datetime | None = None, every: float = EVERY,
+             now: datetime | None = None, every: float | None = None,
              timeout: float = EVALUATION_TIMEOUT, prometheus_url: str | None = None,
              standby_url: str | None = None) -> dict[int, Evaluation]:
     """Evaluate the due conditions of the running plans of ``job_names`` (those a process
-    defines), each under its lock; returns the outcome of each plan evaluated here. With
+    defines), each under its lock, each at its plan's pace (``every`` seconds for all when
+    given); returns the outcome of each plan evaluated here. With
     ``standby_url`` their statements run on that hot standby, on a session opened (and
     checked: ``open_standby``, raising ``StandbyRefused``) for this pass when a condition is
     due and closed at its end."""

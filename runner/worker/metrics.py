@@ -118,10 +118,24 @@ class Metrics:
     def observe_lag(self, job: str, seconds: float, trigger: str) -> None:
         """A claimed run's start lag: the histogram, and for live slots (trigger schedule)
         the recent window behind runner_backfill_live_lag_seconds."""
-        self.of(self.lag, job).observe(seconds)
-        if trigger == "schedule":
+        self.observe_lags([(job, seconds, trigger)])
+
+    def observe_lags(self, lags: Iterable[tuple[str, float, str]]) -> None:
+        """``observe_lag`` for a claim's runs at once (job, seconds, trigger): each job's
+        histogram child looked up once, the live window's lock and clock taken once."""
+        live: list[float] = []
+        histogram: Any = None
+        last = None
+        for job, seconds, trigger in lags:
+            if job != last:
+                histogram, last = self.of(self.lag, job), job
+            histogram.observe(seconds)
+            if trigger == "schedule":
+                live.append(seconds)
+        if live:
+            mono = time.monotonic()
             with self._live_lock:
-                self._live.append((time.monotonic(), seconds))
+                self._live.extend((mono, seconds) for seconds in live)
 
     def live_lag_p99(self) -> float | None:
         """The p99 start lag of this process's live slots claimed in the last LIVE_WINDOW

@@ -10,7 +10,14 @@ the ledger. The default poll interval (1 s) bounds it; median of --repeat.
 Resources: one `runner start --workers N` process whose N handlers are all running at once
 (each sleeps, holding no ctx.db connection, then one variant where each holds ctx.db); the
 connections of that process (pg_stat_activity by application_name and client port) and its
-RSS from /proc.
+RSS from /proc. The N runs are of a slot missed before the process started, so they are
+catch-up runs of the correction lane, to which a process serving every lane gives only part
+of its --workers, and it starts every lane's handler threads at once
+(runner/worker/lanes.py, executor.py): the job is in that lane and the process serves it alone
+(`--lanes correction`), so its N slots are that lane's and the figures are N handlers' own. The ctx.db
+variant needs N more connections than the server has free (max_connections, shared): it is
+skipped, saying so, when they are not free. A run that does not get its N handlers running
+stops with the ledger's counts by lane and status and the runner's log, not a bare timeout.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from runner import Runner
 app = Runner()
 N = {n}
 
-@app.job("hold", every="1h", partitions=[str(i) for i in range(N)],
+@app.job("hold", every="1h", partitions=[str(i) for i in range(N)], lane="correction",
          track_from=datetime.now(UTC) - timedelta(hours=1))
 def hold(ctx):
     if {use_db}:
@@ -91,11 +98,40 @@ def wait(check: Any, timeout: float = 60) -> Any:
     raise TimeoutError("condition not met")
 
 
-def start(url: str, app: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "runner", "start", "--app", f"{app}:app",
-                             "--log-level", "WARNING", *extra],
-                            env={**os.environ, "RUNNER_DATABASE_URL": url}, cwd=ROOT,
-                            stderr=subprocess.DEVNULL)
+def start(url: str, app: Path, *extra: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    with open(log or os.devnull, "wb") as stderr:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "runner", "start", "--app", f"{app}:app",
+                                 "--log-level", "WARNING", *extra],
+                                env={**os.environ, "RUNNER_DATABASE_URL": url}, cwd=ROOT, stderr=stderr)
+
+
+class Stalled(RuntimeError):
+    """The N handlers did not all run: the message says what the ledger and the runner showed."""
+
+
+def free_connections(admin: str) -> tuple[int, int]:
+    """(connections a new client may still open, max_connections) on the server right now."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT current_setting('max_connections')::int,"
+            " current_setting('superuser_reserved_connections')::int,"
+            " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')").fetchone()
+    assert row is not None
+    limit, reserved, used = row
+    return limit - reserved - used, limit
+
+
+def stalled(conn: psycopg.Connection[Any], n: int, proc: subprocess.Popen[bytes], log: Path,
+            waited: float) -> Stalled:
+    counts = conn.execute("SELECT lane, status, count(*) FROM runner.job_runs GROUP BY 1, 2 ORDER BY 1, 2"
+                          ).fetchall()
+    ledger = ", ".join(f"{lane} {status} {k}" for lane, status, k in counts) or "no runs"
+    exited = proc.poll()
+    tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+    return Stalled(f"{n} handlers: not all running after {waited:.0f} s (runs by lane and status: {ledger};"
+                   " pending runs wait for their lane's handler slots, runner start --lane-slots); "
+                   + (f"the runner exited with code {exited}" if exited is not None else "the runner is alive")
+                   + ("; its last log lines:\n  " + "\n  ".join(tail) if tail else "; it logged no warning"))
 
 
 def takeover_once(admin: str) -> float:
@@ -129,16 +165,24 @@ def takeover_once(admin: str) -> float:
     return (recovered - killed).total_seconds()
 
 
-def resources(admin: str, n: int, use_db: bool) -> dict[str, Any]:
+def resources(admin: str, n: int, use_db: bool, timeout: float) -> dict[str, Any]:
     name = "bench_resources"
     url = scratch(admin, name)
-    app = Path(tempfile.mkdtemp()) / "resource_app.py"
+    tmp = Path(tempfile.mkdtemp())
+    app, log = tmp / "resource_app.py", tmp / "runner.log"
     app.write_text(RESOURCE_APP.format(n=n, use_db=use_db))
-    proc = start(url, app, "--workers", str(n), "--grace", "0")
+    # catch-up runs are the correction lane's: the process serves it alone (module docstring)
+    proc = start(url, app, "--workers", str(n), "--lanes", "correction", "--grace", "0", log=log)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            wait(lambda: conn.execute("SELECT count(*) FROM runner.job_runs WHERE status = 'running'"
-                                      ).fetchone()[0] == n, 120)
+            began = time.monotonic()
+            try:
+                wait(lambda: proc.poll() is not None or conn.execute(
+                    "SELECT count(*) FROM runner.job_runs WHERE status = 'running'").fetchone()[0] == n, timeout)
+            except TimeoutError:
+                raise stalled(conn, n, proc, log, time.monotonic() - began) from None
+            if proc.poll() is not None:
+                raise stalled(conn, n, proc, log, time.monotonic() - began)
             time.sleep(1)  # let pools settle before reading
             conns = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
                                  " AND application_name LIKE 'runner%%' AND pid <> pg_backend_pid()",
@@ -158,8 +202,12 @@ def main() -> None:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--handlers", type=int, nargs="*", default=[1, 100, 1000])
+    parser.add_argument("--timeout", type=float, default=120,
+                        help="seconds the N handlers get to be all running (default 120)")
     benchrecord.add_option(parser)
     args = parser.parse_args()
+    if any(n < 1 or n > 1000 for n in args.handlers):
+        parser.error("--handlers: each N must be 1 to 1000 (runner start --workers)")
     figures: list[dict[str, Any]] = []
     if args.repeat:
         samples = [takeover_once(args.dsn) for _ in range(args.repeat)]
@@ -171,9 +219,16 @@ def main() -> None:
         print(f"{'handlers':>8} {'ctx.db':>7} {'connections':>12} {'RSS MiB':>8} {'threads':>8}")
         for n in args.handlers:
             for use_db in (False, True):
-                if use_db and n > 100:
-                    continue  # one connection per running ctx.db: 1000 exceeds max_connections
-                r = resources(args.dsn, n, use_db)
+                if use_db:  # one connection per running ctx.db, on top of the process's own few
+                    free, limit = free_connections(args.dsn)
+                    if n + 5 > free:
+                        print(f"{n:>8} {'True':>7} skipped: {n} handlers holding ctx.db need about {n + 5}"
+                              f" connections, the server has {free} free (max_connections {limit})")
+                        continue
+                try:
+                    r = resources(args.dsn, n, use_db, args.timeout)
+                except Stalled as exc:
+                    sys.exit(f"takeover_resources: {exc}")
                 print(f"{r['handlers']:>8} {r['ctx_db']!s:>7} {r['connections']:>12} {r['rss_mib']:>8.1f}"
                       f" {r['threads']:>8}")
                 figures.append({"label": f"{n:,} handler{'s' if n > 1 else ''}" + (", ctx.db" if use_db else ""),

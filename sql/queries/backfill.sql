@@ -271,17 +271,18 @@ ORDER BY r.updated_at DESC, r.id
 LIMIT %(limit)s
 
 -- name: create_backfill
--- Write the plan, queue its runs and write its request row: runner.create_backfill_v2
--- (sql/functions/create_backfill_v2.sql), which checks what the database can (the arrays,
+-- Write the plan, queue its runs and write its request row: runner.create_backfill_v3
+-- (sql/functions/create_backfill_v3.sql), which checks what the database can (the arrays,
 -- the range, the partitions, the options) and always starts a plan running; `resume` keeps
--- the checkpoints of the runs it queues again (issue 33).
+-- the checkpoints of the runs it queues again (issue 33); `pause_every` paces the plan's
+-- pause condition (NULL: the default, 5 s).
 SELECT f.backfill_id, f.request_id, f.inserted, f.requeued
-FROM runner.create_backfill_v2(
+FROM runner.create_backfill_v3(
     %(job_name)s, %(range_from)s::timestamptz, %(range_to)s::timestamptz, %(partitions)s::text[],
     %(lane)s, %(concurrency)s, %(rate)s::float8, %(max_failures)s::int, %(pause_when)s::text,
     %(force)s, %(slots)s::timestamptz[], %(partition_keys)s::text[], %(business_dates)s::date[],
     %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[], %(idempotency_keys)s::text[],
-    %(who)s, %(reason)s, %(now)s::timestamptz, %(resume)s) AS f
+    %(who)s, %(reason)s, %(now)s::timestamptz, %(resume)s, %(pause_every)s::int) AS f
 
 -- name: pause_backfill
 -- The operator's actions on a plan (sql/functions/backfill_actions_v1.sql): each checks the

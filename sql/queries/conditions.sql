@@ -6,14 +6,15 @@
 
 -- name: due_conditions
 -- The running plans of these jobs whose pause condition is due (never checked, or last
--- checked at least `every` seconds ago).
+-- checked at least its pause_every seconds ago; `every`, when not NULL, in place of it: a
+-- test's pace).
 SELECT b.id, b.job_name
 FROM runner.backfills b
 WHERE b.status = 'running'
   AND b.pause_when IS NOT NULL
   AND b.job_name = ANY(%(job_names)s::text[])
   AND (b.pause_checked_at IS NULL
-       OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(every)s))
+       OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => coalesce(%(every)s::float8, b.pause_every)))
 ORDER BY b.id
 
 -- name: lock_condition
@@ -30,7 +31,7 @@ WHERE b.id = %(plan_id)s
   AND b.status = 'running'
   AND b.pause_when IS NOT NULL
   AND (b.pause_checked_at IS NULL
-       OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(every)s))
+       OR b.pause_checked_at <= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => coalesce(%(every)s::float8, b.pause_every)))
 
 -- name: evaluate
 -- The condition, run as the condition role (sql/functions/pause_condition_v1.sql).

@@ -139,6 +139,10 @@ WITH clock AS (
       -- paused jobs, and slots after a job's retirement (runner retire), start nothing
       AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name
                       AND (j.paused OR i.schedule_slot > j.retired_at))
+      -- nor a slot that fell due while its job was paused (not expected: runner.expected_spans_v1),
+      -- claimed on time after the resume committed
+      AND NOT EXISTS (SELECT 1 FROM runner.job_pauses p WHERE p.job_name = i.job_name
+                      AND p.paused_from <= i.schedule_slot AND i.schedule_slot < p.paused_until)
 ), checked AS (
     -- busy_with: the running run of an earlier slot, or -1 for an earlier slot in this claim
     SELECT i.*,

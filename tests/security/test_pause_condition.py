@@ -33,9 +33,10 @@ HOUR = timedelta(hours=1)
 NAMESPACE = 21077
 
 
-def make_plan(url: str, condition: str, slots: int = 200) -> int:
+def make_plan(url: str, condition: str, slots: int = 200, every: int | None = 1) -> int:
     """A running plan of 'hourly' (one run at a time) whose pause condition is ``condition``,
-    over ``slots`` slots no earlier plan covers."""
+    evaluated every ``every`` seconds (``--pause-every``: a test waits for evaluations in
+    steps of it; None: the default), over ``slots`` slots no earlier plan covers."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET TIME ZONE 'UTC'")
         start = T0 + conn.execute("SELECT count(*) FROM runner.backfills").fetchone()[0] * 1000 * HOUR  # type: ignore[index]
@@ -43,7 +44,8 @@ def make_plan(url: str, condition: str, slots: int = 200) -> int:
                              max_failures=None)
         made = backfill.create(conn, backfill.plan(conn, cond_app.jobs["hourly"], spec), "security test", "t")
         plan_id = int(made["backfill"]["id"])
-        conn.execute("UPDATE runner.backfills SET pause_when = %s WHERE id = %s", (condition, plan_id))
+        conn.execute("UPDATE runner.backfills SET pause_when = %s, pause_every = coalesce(%s, pause_every)"
+                     " WHERE id = %s", (condition, every, plan_id))
     return plan_id
 
 
@@ -237,7 +239,7 @@ def test_a_do_block_locking_the_ledger_never_runs(url: str, tmp_path: Path) -> N
 def test_a_slow_condition_does_not_stall_the_loop(url: str, tmp_path: Path) -> None:
     with runner(url, tmp_path):
         since = scalar(url, "SELECT now()")
-        plan_id = make_plan(url, "SELECT pg_sleep(0.9) IS NULL")
+        plan_id = make_plan(url, "SELECT pg_sleep(0.9) IS NULL", every=None)  # (at 1 s it would sleep 90 % of the time: lag 1.09 s once under load 12)
         status, reason = evaluated(url, plan_id, times=3)
         until = scalar(url, "SELECT now()")
         eventually(lambda: scalar(url, "SELECT count(*) FROM runner.job_runs WHERE job_name = 'tick'"
@@ -302,7 +304,7 @@ def test_without_the_condition_role_a_superuser_runner_refuses_to_evaluate(
 def test_one_runner_at_a_time_evaluates_a_plan(url: str) -> None:
     from runner.worker import conditions
 
-    plan_id = make_plan(url, "SELECT false", slots=2)
+    plan_id = make_plan(url, "SELECT false", slots=2, every=None)
     with psycopg.connect(url, autocommit=True) as other, conditions.connect(url) as cond:
         with other.transaction():  # another runner evaluating this plan: it holds the condition lock
             other.execute("SELECT pg_advisory_xact_lock(%s, -%s::int)", (NAMESPACE, plan_id))
@@ -311,7 +313,7 @@ def test_one_runner_at_a_time_evaluates_a_plan(url: str) -> None:
         assert conditions.run_once(cond, NAMESPACE, ["hourly"]) == {plan_id: conditions.Evaluation(False)}
         checked = plan_state(url, plan_id)[2]
         assert checked is not None
-        # checked now: the next runner to look leaves it until EVERY seconds have passed
+        # checked now: the next runner to look leaves it until its pause_every (5 s) has passed
         assert conditions.run_once(cond, NAMESPACE, ["hourly"]) == {}
         assert plan_state(url, plan_id)[2] == checked
 

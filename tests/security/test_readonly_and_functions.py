@@ -19,6 +19,7 @@ WORKER_FUNCTIONS = {"start_attempts_v1", "finish_attempts_v1", "checkpoint_v1", 
                     "plan_range_v1"}  # a plan's range accounted for before it completes (issue 26)
 OPERATOR_FUNCTIONS = {"rerun_v1", "rerun_v2", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
                       "create_backfill_v2",  # with --resume (issue 33)
+                      "create_backfill_v3",  # with --pause-every (0012_pauseevery)
                       "pause_backfill_v1", "resume_backfill_v1", "cancel_backfill_v1",
                       "record_backfill_verify_v1", "retire_job_v1", "unretire_job_v1", "set_lane_v1",
                       "adopt_ledger_v1",  # a copied ledger adopted (issue 29, point 6)

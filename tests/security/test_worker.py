@@ -149,7 +149,7 @@ def test_the_worker_heartbeats_and_records_progress(logins: Logins) -> None:
 def test_operator_functions_are_not_granted_to_the_worker(logins: Logins) -> None:
     worker = logins.groups["worker"]
     for fn in ("rerun_v1", "rerun_runs_v1", "set_job_paused_v1", "decide_runs_v1", "create_backfill_v1",
-               "create_backfill_v2", "pause_backfill_v1",
+               "create_backfill_v2", "create_backfill_v3", "pause_backfill_v1",
                "resume_backfill_v1", "cancel_backfill_v1", "record_backfill_verify_v1"):
         allowed = scalar(logins.admin, "SELECT bool_or(has_function_privilege(%s, p.oid, 'EXECUTE'))"
                                        " FROM pg_proc p WHERE p.proname = %s", (worker, fn))
