@@ -1,5 +1,6 @@
 """Helpers shared by the tests: waiting on conditions (never sleeping for an outcome),
-runs made in any state, and real ``runner start`` subprocesses."""
+runs made in any state, the plans a statement ran (auto_explain), and real ``runner start``
+subprocesses."""
 
 from __future__ import annotations
 
@@ -78,6 +79,43 @@ def scalar(url: str, sql: str, params: Any = None) -> Any:
 def rows(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute(sql, params).fetchall()
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A JSON plan node and every node under it."""
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from plan_nodes(child)
+
+
+def executed_plans(conn: psycopg.Connection[Any], statement: str, params: Any = None,
+                   nested: bool = True, analyze: bool = False) -> list[dict[str, Any]]:
+    """Run ``statement`` and return the plan of every statement it executed: itself and, with
+    ``nested``, each statement run inside the SQL functions it calls (one entry per execution;
+    an EXPLAIN of the caller shows only a function scan), as auto_explain logs them (JSON, to
+    this client); with ``analyze``, with each node's actual rows and loops (no timing).
+    ``conn`` is an autocommit superuser session; auto_explain stays loaded in it."""
+    logged: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and "plan:" in diag.message_primary:
+            logged.append(diag.message_primary)
+
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_format = 'json'")
+    conn.execute("SET auto_explain.log_timing = off")
+    conn.execute("SET auto_explain.log_analyze = " + ("on" if analyze else "off"))
+    conn.execute("SET auto_explain.log_nested_statements = " + ("on" if nested else "off"))
+    conn.add_notice_handler(keep)
+    try:
+        conn.execute("SET client_min_messages = log")
+        conn.execute(statement, params).fetchall()
+    finally:
+        conn.execute("SET client_min_messages = notice")
+        conn.remove_notice_handler(keep)
+    found = [json.loads(m[m.index("{"):]) for m in logged]
+    return [f for f in found if "SET client_min_messages" not in f.get("Query Text", "")]
 
 
 def runner_cmd(*args: str) -> list[str]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from runner import Runner
 from runner.model.schedule import parse_schedule
 from runner.store import ledger
-from tests.support import RunnerProcess, eventually, rows, run_cli, scalar
+from tests.support import RunnerProcess, eventually, executed_plans, plan_nodes, rows, run_cli, scalar
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -711,6 +711,57 @@ def test_each_cron_is_parsed_once_per_call(tx: psycopg.Connection[Any]) -> None:
     bounded(tx, T0 + timedelta(days=2), timedelta(hours=6), None)
     calls = scalar_in(tx, "SELECT pg_stat_get_xact_function_calls('runner.cron_spec_v1(text)'::regprocedure)")
     assert calls == 2
+
+
+def test_slots_coalesced_into_a_dead_or_held_cover_are_reached_from_the_covers(db_url: str) -> None:
+    """The gap scan's branch for runs coalesced into a cover that is dead or awaiting approval
+    starts from the covers (job_runs_unaccounted) and seeks each cover's coalesced runs by its
+    whole key in job_runs_coalesced_into: it reads the coalesced runs it lists, not every
+    coalesced run of the ledger (commit 08dcdb4's plain join did, ANDed with the whole of
+    job_runs_slot_order: 96,629 buffers read on a 10M-run ledger). Read from the function's
+    own plan (auto_explain, nested, with actual rows), on a ledger of 4,000 runs coalesced into
+    2,000 covers of which three are dead or held."""
+    slots = 6000
+    as_of = T0 + timedelta(minutes=slots - 1)  # the last slot's instant
+    held = {T0 + timedelta(minutes=m): status
+            for m, status in ((2, "dead"), (3002, "dead"), (5999, "awaiting_approval"))}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sync(conn, now=T0, j={"every": "1m", "track_from": T0})
+        # every third slot a cover that succeeded, the two before it coalesced into it
+        conn.execute(
+            "INSERT INTO runner.job_runs (job_name, schedule_slot, business_date, window_start, window_end,"
+            " status, trigger, attempt, fence, idempotency_key, coalesced_into_slot, status_reason)"
+            " SELECT 'j', s, s::date, s, s, CASE WHEN i %% 3 = 2 THEN 'succeeded' ELSE 'coalesced' END,"
+            "        'schedule', 1, 1, 'j|' || i, CASE WHEN i %% 3 < 2 THEN s + (2 - i %% 3) * interval '1 minute' END,"
+            "        CASE WHEN i %% 3 < 2 THEN 'coalesced by catch_up' END"
+            " FROM generate_series(0, %s - 1) AS i, LATERAL (SELECT %s + i * interval '1 minute' AS s) AS t",
+            (slots, T0))
+        for cover, status in held.items():
+            conn.execute("UPDATE runner.job_runs SET status = %s, last_error = 'boom' WHERE job_name = 'j'"
+                         " AND schedule_slot = %s", (status, cover))
+        conn.execute("ANALYZE runner.job_runs")
+        advance(conn, as_of)
+        listed = {(s.astimezone(UTC), state) for s, state in conn.execute(
+            "SELECT schedule_slot, state FROM runner.missing_slots_v1(%s)", (as_of,))}
+        coalesced = {(c - k * timedelta(minutes=1), status) for c, status in held.items() for k in (1, 2)}
+        assert listed == coalesced | {(c, status) for c, status in held.items()}
+        [scan] = [p for p in executed_plans(conn, "SELECT count(*) FROM runner.missing_slots_v1(%s)", (as_of,),
+                                            analyze=True)
+                  if "WITH jobs AS MATERIALIZED" in p.get("Query Text", "")]
+    # every scan that reads coalesced runs (by their index, or filtering on the status) reads
+    # only those listed: 6, where a plain join read all 4,000 (the whole index, or on a ledger
+    # this small the key's index per cover: 12,000)
+    reads = [n for n in plan_nodes(scan["Plan"]) if n.get("Index Name") == "job_runs_coalesced_into"
+             or any("'coalesced'" in n.get(k, "") for k in ("Filter", "Recheck Cond", "Index Cond"))]
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in reads) == len(coalesced), [
+        (n["Node Type"], n.get("Index Name"), n["Actual Rows"], n["Actual Loops"]) for n in reads]
+    # each a seek by a cover's whole key, the inner side of a loop over the covers, which are
+    # read through their partial index
+    assert reads and all(n.get("Index Name") == "job_runs_coalesced_into"
+                         and "coalesced_into_slot = " in n.get("Index Cond", "") for n in reads), reads
+    loops = [n for n in plan_nodes(scan["Plan"]) if n["Node Type"] == "Nested Loop" and n["Plans"][1] in reads]
+    assert loops and all(any(o.get("Index Name") == "job_runs_unaccounted" for o in plan_nodes(n["Plans"][0]))
+                         for n in loops), [n["Plans"][0] for n in loops]
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,9 +73,10 @@
 --
 -- One call for every job (only_job NULL) takes each job's own watermark: per job a few index
 -- probes (its watermark, schedule rows, retirements), per slot since the watermark and per
--- recorded hole one probe for a run, per unaccounted run one row. runner.job_health_v1 makes
--- that one call for all jobs and groups the rows (revision 0016_health), where the view made
--- one call per job: each call's executor start-up cost more than its answer. The same
+-- recorded hole one probe for a run, per unaccounted run one row, and per dead or held run
+-- one probe for the runs coalesced into it. runner.job_health_v1 makes that one call for all
+-- jobs and groups the rows (revision 0016_health), where the view made one call per job:
+-- each call's executor start-up cost more than its answer. The same
 -- revision reads a job's holes by its key and looks up retired spans only for a job that was
 -- ever retired (same rows: an unretired job's one span is all of time); before, every call,
 -- even for one job, checked the spans of every hole of every job.
@@ -224,21 +225,30 @@ WHERE r.status IN ('pending', 'running', 'failed', 'dead', 'awaiting_approval')
 UNION ALL
 -- coalesced runs whose covering run is dead or awaiting approval: their slots are not covered
 -- until it succeeds (issue 26). Listed with the cover's state, the coalesced run's id, and a
--- reason naming the cover; from the covers (the partial index job_runs_unaccounted) to the
--- runs coalesced into them (job_runs_coalesced_into, revision 0026_plans).
+-- reason naming the cover. From each job's covers (the partial index job_runs_unaccounted)
+-- to the runs coalesced into each of them (job_runs_coalesced_into, its whole key), both
+-- LATERAL with OFFSET 0 so that the planner keeps that order: as a plain join, the estimate
+-- for the slot range (parameters, never their values) was a few rows, and it started from
+-- every coalesced run of the ledger instead, ANDing job_runs_coalesced_into with the whole
+-- of job_runs_slot_order: 96,629 buffers read from outside shared_buffers on a 10M-run
+-- ledger, growing with it (commit 08dcdb4; the archive of benchmarks, 2026-12-04).
 SELECT c.job_name, c.schedule_slot, timezone(j.job_zone, c.schedule_slot), c.partition_key,
        r.status, c.id, c.attempt, NULL::timestamptz, NULL::timestamptz, r.last_error,
        format('coalesced into the run of %s (run %s), which is %s: covered once it succeeds',
               r.schedule_slot, r.id, r.status),
        as_of - c.schedule_slot, j.paused
 FROM jobs j
-JOIN runner.job_runs r ON r.job_name = j.job_name
-JOIN runner.job_runs c
-  ON c.job_name = r.job_name AND c.coalesced_into_slot = r.schedule_slot
- AND c.partition_key = r.partition_key AND c.status = 'coalesced'
-WHERE r.status IN ('dead', 'awaiting_approval')
-  AND c.schedule_slot >= coalesce(since, timestamptz '-infinity')
-  AND c.schedule_slot <= as_of
+CROSS JOIN LATERAL (SELECT v.id, v.schedule_slot, v.partition_key, v.status, v.last_error
+                    FROM runner.job_runs v
+                    WHERE v.job_name = j.job_name AND v.status IN ('dead', 'awaiting_approval')
+                    OFFSET 0) r
+CROSS JOIN LATERAL (SELECT k.job_name, k.schedule_slot, k.partition_key, k.id, k.attempt
+                    FROM runner.job_runs k
+                    WHERE k.job_name = j.job_name AND k.coalesced_into_slot = r.schedule_slot
+                      AND k.partition_key = r.partition_key AND k.status = 'coalesced'
+                      AND k.schedule_slot >= coalesce(since, timestamptz '-infinity')
+                      AND k.schedule_slot <= as_of
+                    OFFSET 0) c
 $$;
 
 CREATE OR REPLACE VIEW runner.missing_slots AS

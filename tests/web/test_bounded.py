@@ -24,41 +24,14 @@ import psycopg
 import pytest
 
 from runner.sqlfiles import queries
+from tests.support import executed_plans
+from tests.support import plan_nodes as nodes
 from tests.web.conftest import HOSTILE_JOB, Ledger
 from tests.web.test_api import VIEW, console
 
 HISTORY = {"job_runs", "attempts", "effects", "requests"}
 QO = queries("operate")
 QW = queries("web")
-
-
-def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from nodes(child)
-
-
-def executed_plans(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any],
-                   nested: bool = True) -> list[dict[str, Any]]:
-    """Run ``statement`` and return the plan of every statement it executed: itself and, with
-    ``nested``, each statement run inside the SQL functions it calls (one entry per execution),
-    as auto_explain logs them (JSON, to this client)."""
-    logged: list[str] = []
-
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
-        if diag.message_primary and "plan:" in diag.message_primary:
-            logged.append(diag.message_primary)
-
-    conn.execute("SET auto_explain.log_nested_statements = " + ("on" if nested else "off"))
-    conn.add_notice_handler(keep)
-    try:
-        conn.execute("SET client_min_messages = log")
-        conn.execute(statement, params).fetchall()
-    finally:
-        conn.execute("SET client_min_messages = notice")
-        conn.remove_notice_handler(keep)
-    found = [json.loads(m[m.index("{"):]) for m in logged]
-    return [f for f in found if "SET client_min_messages" not in f.get("Query Text", "")]
 
 
 def plan_of(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
