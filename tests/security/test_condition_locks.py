@@ -35,9 +35,10 @@ def next_run_keys(lock: str) -> str:
             " SELECT (SELECT n FROM taken) < 0 FROM slept")
 
 
-def next_run_keys_unlocked() -> str:
+def next_run_keys_unlocked(value: str = "(SELECT n FROM freed) < 0") -> str:
     """The keys of the next 300 runs taken as session locks, held, then released with
-    pg_advisory_unlock inside the same statement: none is left when the statement ends."""
+    pg_advisory_unlock inside the same statement: none is left when the statement ends. Its
+    value is ``value`` (it may read ``freed.n``, the keys released)."""
     return ("WITH taken AS MATERIALIZED ("
             " SELECT k, pg_try_advisory_lock(runner.lock_key_v1(21077, k)) AS got"
             " FROM generate_series((SELECT max(id) + 1 FROM runner.job_runs),"
@@ -45,7 +46,7 @@ def next_run_keys_unlocked() -> str:
             f" slept AS MATERIALIZED (SELECT pg_sleep({HOLD}) AS z FROM (SELECT count(*) FROM taken) t),"
             " freed AS MATERIALIZED (SELECT count(*) FILTER (WHERE CASE WHEN got"
             "   THEN pg_advisory_unlock(runner.lock_key_v1(21077, k)) END) AS n FROM taken, slept)"
-            " SELECT (SELECT n FROM freed) < 0")
+            f" SELECT {value}")
 
 
 CONDITIONS = {"pg_try_advisory_xact_lock": next_run_keys("pg_try_advisory_xact_lock"),

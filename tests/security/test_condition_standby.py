@@ -19,25 +19,18 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.dbroles import SessionRoles
+from tests.security.test_condition_locks import next_run_keys_unlocked
 from tests.security.test_pause_condition import evaluated, make_plan
 from tests.support import RunnerProcess, assert_ledger_clean, eventually, run_cli, scalar
 from tests.test_replica import cluster  # noqa: F401  (the fixture)
 
 APP = "tests/apps/conditions.py:app"
-HOLD = 0.7  # seconds the condition holds the keys (its statement timeout is 1 s)
 
 
 def gated_run_keys(gate: str) -> str:
     """The keys of the next 300 runs taken as session locks, held, released with
     pg_advisory_unlock in the same statement; its value is the test's ``gate``."""
-    return ("WITH taken AS MATERIALIZED ("
-            " SELECT k, pg_try_advisory_lock(runner.lock_key_v1(21077, k)) AS got"
-            " FROM generate_series((SELECT max(id) + 1 FROM runner.job_runs),"
-            "                      (SELECT max(id) + 300 FROM runner.job_runs)) AS k),"
-            f" slept AS MATERIALIZED (SELECT pg_sleep({HOLD}) AS z FROM (SELECT count(*) FROM taken) t),"
-            " freed AS MATERIALIZED (SELECT count(*) FILTER (WHERE CASE WHEN got"
-            "   THEN pg_advisory_unlock(runner.lock_key_v1(21077, k)) END) AS n FROM taken, slept)"
-            f" SELECT (SELECT n FROM freed) >= 0 AND (SELECT stop FROM {gate})")
+    return next_run_keys_unlocked(f"(SELECT n FROM freed) >= 0 AND (SELECT stop FROM {gate})")
 
 
 def replayed(primary: str, replica: str) -> None:
