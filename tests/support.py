@@ -95,7 +95,19 @@ def executed_plans(conn: psycopg.Connection[Any], statement: str, params: Any = 
     an EXPLAIN of the caller shows only a function scan), as auto_explain logs them (JSON, to
     this client); with ``analyze``, with each node's actual rows and loops (no timing).
     ``conn`` is an autocommit superuser session; auto_explain stays loaded in it."""
+    with logged_plans(conn, nested, analyze) as found:
+        conn.execute(statement, params).fetchall()
+    return found
+
+
+@contextmanager
+def logged_plans(conn: psycopg.Connection[Any], nested: bool = True,
+                 analyze: bool = False) -> Iterator[list[dict[str, Any]]]:
+    """The plans of the statements run on ``conn`` inside the block (``executed_plans``), in
+    the list yielded, filled when the block ends: for a call of the runner's own code that
+    issues the statement itself."""
     logged: list[str] = []
+    found: list[dict[str, Any]] = []
 
     def keep(diag: psycopg.errors.Diagnostic) -> None:
         if diag.message_primary and "plan:" in diag.message_primary:
@@ -110,12 +122,12 @@ def executed_plans(conn: psycopg.Connection[Any], statement: str, params: Any = 
     conn.add_notice_handler(keep)
     try:
         conn.execute("SET client_min_messages = log")
-        conn.execute(statement, params).fetchall()
+        yield found
     finally:
         conn.execute("SET client_min_messages = notice")
         conn.remove_notice_handler(keep)
-    found = [json.loads(m[m.index("{"):]) for m in logged]
-    return [f for f in found if "SET client_min_messages" not in f.get("Query Text", "")]
+    plans = [json.loads(m[m.index("{"):]) for m in logged]
+    found.extend(f for f in plans if "SET client_min_messages" not in f.get("Query Text", ""))
 
 
 def runner_cmd(*args: str) -> list[str]:

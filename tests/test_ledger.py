@@ -14,7 +14,7 @@ from runner import Runner
 from runner.model.schedule import idempotency_key
 from runner.store import ledger
 from runner.store.ledger import Outcome, Owner, SlotClaim
-from tests.support import rows, scalar
+from tests.support import logged_plans, plan_nodes, rows, scalar
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -246,6 +246,26 @@ def test_unclaimed_rows_are_checked_by_key_not_by_count(conns: Any) -> None:
     mine = claims("report", T0, ["t1", "t2"]) + claims("pausable", T0, [""])
     assert ledger.unclaimed_rows(a, mine) == {1, 2}
     assert ledger.unclaimed_rows(a, []) == set()
+
+
+def test_unclaimed_rows_probe_each_row_by_its_key_on_a_young_ledger(conns: Any, db_url: str) -> None:
+    """Perf (issue 32): a runner asks this of tens of thousands of rows half a second after a
+    wide slot, on a ledger whose statistics still say "empty". Planned as it pleased, the
+    statement read every run once per row (seconds, with the database's CPU) or hashed the
+    whole table: it must reach runs only by their business key, one probe per row."""
+    a, _ = conns
+    keys = [f"t{i}" for i in range(3000)]
+    ledger.claim_slots(a, owner(), claims("report", T0, keys[:1500]), now=T0)
+    with psycopg.connect(db_url, autocommit=True) as conn:  # statistics taken while it was small
+        conn.execute("ANALYZE runner.job_runs")
+    ledger.claim_slots(a, owner(), claims("report", T0, keys[1500:2000]), now=T0)
+    with psycopg.connect(db_url, autocommit=True) as conn, logged_plans(conn, analyze=True) as plans:
+        assert ledger.unclaimed_rows(conn, claims("report", T0, keys)) == set(range(2000, 3000))
+    (plan,) = plans
+    reads = [n for n in plan_nodes(plan["Plan"]) if n.get("Relation Name") == "job_runs"]
+    assert reads and all(n["Node Type"] == "Index Scan" and n["Index Name"] == "job_runs_business_key"
+                         for n in reads), reads
+    assert sum(n["Actual Loops"] for n in reads) == 3000, reads
 
 
 def test_beats_outcomes_and_takeovers_of_the_same_runs_never_deadlock(db_url: str) -> None:

@@ -45,14 +45,14 @@ class Attempts:
     def __bool__(self) -> bool:
         return bool(self._active)
 
-    def hold(self, run: ClaimedRun) -> None:
-        """The lock session took this attempt's key."""
+    def add_held(self, entries: Iterable[tuple[ClaimedRun, RunContext]]) -> None:
+        """Attempts just started, whose keys the lock session took: each one's hold and
+        its entry, under one take of the lock."""
         with self.lock:
-            self.holds.add((run.id, run.fence))
-
-    def add(self, run: ClaimedRun, ctx: RunContext) -> None:
-        with self.lock:
-            self._active[(run.id, run.fence)] = Active(run, ctx)
+            for run, ctx in entries:
+                key = (run.id, run.fence)
+                self.holds.add(key)
+                self._active[key] = Active(run, ctx)
 
     def begin(self, run: ClaimedRun, deadline: float) -> None:
         """The attempt's handler began: it is given up at ``deadline`` (monotonic)."""

@@ -32,7 +32,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from runner.aio import AsyncHandlers
-from runner.context import JobContext, RunContext
+from runner.context import AsyncJobContext, JobContext, RunContext
 from runner.errors import AttemptTimedOut, LockUnavailable, error_text
 from runner.events import event
 from runner.model.jobs import JobDef
@@ -142,16 +142,18 @@ class Executor:
         """Runs this process just started (claimed, taken over, retried, a backfill pass's):
         counted in flight, then each to its handler, or, when its attempt could not take its
         key, straight to the completer."""
-        if runs:
-            self.metrics.inflight.set(self.capacity.inflight.started(run.lane for run in runs))
+        if not runs:
+            return
+        self.metrics.inflight.set(self.capacity.inflight.started(run.lane for run in runs))
+        locked = []
         for run in runs:
             if not run.locked:
                 outcome = self._key_held(run)
                 if outcome is not None:
                     self._finished(run, outcome)
                     continue
-            self.attempts.hold(run)
-            self._launch(run)
+            locked.append(run)
+        self._launch(locked)
 
     def _key_held(self, run: ClaimedRun) -> Outcome | None:
         """The outcome of an attempt that started while another session held its run's key
@@ -228,27 +230,51 @@ class Executor:
         return Outcome(run.id, run.fence, "failed", error_class="runner.OwnerLost",
                        error_message="taken over before the attempt took its key")
 
-    def _launch(self, run: ClaimedRun) -> None:
-        """Hand a started, locked attempt to its handler (a thread, or the lane's event loop)."""
-        job = self.jobs[run.job_name]
-        ctx: RunContext
-        handlers, pool = self._lane(run.lane)
-        if job.is_async:
-            aloop = self._async_for(run.lane)
-            ctx = actx = aloop.context(run, job)
-        else:
-            ctx = JobContext(run, job, pool, self.control)
-        ctx._may_finish = functools.partial(self.attempts.finishing, run)
-        ctx._on_checkpoint = self.metrics.of(self.metrics.checkpoints, run.job_name).inc
-        self.attempts.add(run, ctx)
-        self.metrics.of(self.metrics.started, run.job_name, run.trigger).inc()
-        event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
-              run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
-        crash_point("after_claim")
-        if job.is_async:
-            aloop.submit(run, job, actx)
-        else:
-            handlers.submit(self._execute, run, ctx)
+    def _launch(self, runs: list[ClaimedRun]) -> None:
+        """Hand started, locked attempts to their handlers (threads, or their lane's event
+        loop). One claim starts up to a thousand runs, so what does not differ from run to run
+        is done once for the batch: each lane's resources and each job's metric children
+        looked up once, the registry's lock taken once, the started counter bumped once per
+        job and trigger."""
+        if not runs:
+            return
+        m = self.metrics
+        lanes: dict[str, tuple[HandlerPool, ConnectionPool[Any]]] = {}
+        on_checkpoint: dict[str, Callable[[], None]] = {}
+        started: dict[tuple[str, str], int] = {}
+        entries: list[tuple[ClaimedRun, RunContext]] = []
+        finishing = self.attempts.finishing
+        for run in runs:
+            job = self.jobs[run.job_name]
+            lane = lanes.get(run.lane)
+            if lane is None:
+                lane = lanes[run.lane] = self._lane(run.lane)
+            ctx: RunContext
+            if job.is_async:
+                ctx = self._async_for(run.lane).context(run, job)
+            else:
+                ctx = JobContext(run, job, lane[1], self.control)
+            ctx._may_finish = functools.partial(finishing, run)
+            inc = on_checkpoint.get(run.job_name)
+            if inc is None:
+                inc = on_checkpoint[run.job_name] = m.of(m.checkpoints, run.job_name).inc
+            ctx._on_checkpoint = inc
+            entries.append((run, ctx))
+            key = (run.job_name, run.trigger)
+            started[key] = started.get(key, 0) + 1
+        self.attempts.add_held(entries)
+        for (job_name, trigger), n in started.items():
+            m.of(m.started, job_name, trigger).inc(n)
+        claimed = log.isEnabledFor(logging.INFO)
+        for run, ctx in entries:
+            if claimed:
+                event(log, "job_claimed", job=run.job_name, slot=run.slot, partition=run.partition_key,
+                      run_id=run.id, attempt=run.attempt, fence=run.fence, trigger=run.trigger)
+            crash_point("after_claim")
+            if isinstance(ctx, AsyncJobContext):
+                self._async_for(run.lane).submit(run, self.jobs[run.job_name], ctx)
+            else:
+                lanes[run.lane][0].submit(self._execute, run, ctx)
 
     # -- handlers ---------------------------------------------------------------------------
 

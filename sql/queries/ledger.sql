@@ -126,34 +126,41 @@ WITH clock AS (
            (g.e ->> 4)::timestamptz AS window_end, g.e ->> 5 AS overlap,
            coalesce(g.e ->> 6, 'realtime') AS lane
     FROM jsonb_array_elements(%(groups)s::jsonb) WITH ORDINALITY AS g(e, ord)
+), live AS (
+    -- what may start is decided per job x slot, not per row (a slot's rows share it)
+    SELECT g.gi
+    FROM grp g CROSS JOIN clock c
+    WHERE g.schedule_slot <= c.now
+      -- paused jobs, and slots after a job's retirement (runner retire), start nothing
+      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = g.job_name
+                      AND (j.paused OR g.schedule_slot > j.retired_at))
+      -- nor a slot that fell due while its job was paused (not expected: runner.expected_spans_v1),
+      -- claimed on time after the resume committed
+      AND NOT EXISTS (SELECT 1 FROM runner.job_pauses p WHERE p.job_name = g.job_name
+                      AND p.paused_from <= g.schedule_slot AND g.schedule_slot < p.paused_until)
 ), input AS (
-    SELECT r.ord AS n, g.job_name, g.schedule_slot, r.e ->> 1 AS partition_key, g.business_date,
+    SELECT r.ord AS n, g.gi, g.job_name, g.schedule_slot, r.e ->> 1 AS partition_key, g.business_date,
            g.window_start, g.window_end, r.e ->> 2 AS idempotency_key, g.overlap, g.lane
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS r(e, ord)
     JOIN grp g ON g.gi = (r.e ->> 0)::int
 ), due AS (
-    SELECT i.*, row_number() OVER (PARTITION BY i.job_name, i.partition_key
-                                   ORDER BY i.schedule_slot, i.n) AS nth
-    FROM input i CROSS JOIN clock c
-    WHERE i.schedule_slot <= c.now
-      -- paused jobs, and slots after a job's retirement (runner retire), start nothing
-      AND NOT EXISTS (SELECT 1 FROM runner.jobs j WHERE j.job_name = i.job_name
-                      AND (j.paused OR i.schedule_slot > j.retired_at))
-      -- nor a slot that fell due while its job was paused (not expected: runner.expected_spans_v1),
-      -- claimed on time after the resume committed
-      AND NOT EXISTS (SELECT 1 FROM runner.job_pauses p WHERE p.job_name = i.job_name
-                      AND p.paused_from <= i.schedule_slot AND i.schedule_slot < p.paused_until)
+    SELECT i.* FROM input i WHERE i.gi IN (SELECT gi FROM live)
 ), checked AS (
-    -- busy_with: the running run of an earlier slot, or -1 for an earlier slot in this claim
-    SELECT i.*,
-           CASE WHEN i.overlap = 'allow' THEN NULL
-                WHEN i.nth > 1 THEN -1
+    -- busy_with: the running run of an earlier slot, or -1 for an earlier slot in this claim;
+    -- overlap 'allow' rows (the default) skip the look (and the sort it needs)
+    SELECT d.*, NULL::bigint AS busy_with FROM due d WHERE d.overlap = 'allow'
+    UNION ALL
+    SELECT o.n, o.gi, o.job_name, o.schedule_slot, o.partition_key, o.business_date, o.window_start,
+           o.window_end, o.idempotency_key, o.overlap, o.lane,
+           CASE WHEN o.nth > 1 THEN -1
                 ELSE (SELECT x.id FROM runner.job_runs x
-                      WHERE x.job_name = i.job_name AND x.status = 'running'
-                        AND x.partition_key = i.partition_key
-                        AND x.schedule_slot < i.schedule_slot
-                      ORDER BY x.schedule_slot LIMIT 1) END AS busy_with
-    FROM due i
+                      WHERE x.job_name = o.job_name AND x.status = 'running'
+                        AND x.partition_key = o.partition_key
+                        AND x.schedule_slot < o.schedule_slot
+                      ORDER BY x.schedule_slot LIMIT 1) END
+    FROM (SELECT d.*, row_number() OVER (PARTITION BY d.job_name, d.partition_key
+                                         ORDER BY d.schedule_slot, d.n) AS nth
+          FROM due d WHERE d.overlap <> 'allow') AS o
 ), claimed AS (
     INSERT INTO runner.job_runs AS r (
         job_name, schedule_slot, partition_key, business_date, window_start, window_end,
@@ -375,16 +382,26 @@ WHERE i.stopped_at IS NULL AND i.lock_namespace = %(namespace)s
 ORDER BY i.instance_id
 
 -- name: unclaimed_rows
--- Of the given slot x partition rows ([[job, slot, partition], ...] as JSON), the positions
--- (1-based) of those with no run yet: the others' shares of a slot still to claim. Checked
--- by key (one probe of the business key each), never by counting a slot's runs: runners
--- with different partition lists (a rolling deploy) would otherwise see a slot as settled
--- while one of their partitions has no run.
-SELECT g.n
-FROM json_array_elements(%(rows)s::json) WITH ORDINALITY AS g(e, n)
-WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
-                  WHERE r.job_name = g.e ->> 0 AND r.schedule_slot = (g.e ->> 1)::timestamptz
-                    AND r.partition_key = g.e ->> 2)
+-- Of the given slot x partition rows, the positions (1-based) of those with no run yet: the
+-- others' shares of a slot still to claim. Input as two JSON documents, as the claim's:
+-- groups = [[job, slot], ...], rows = [[group index (0-based), partition], ...]. Checked by
+-- key (one probe of the business key each), never by counting a slot's runs: runners with
+-- different partition lists (a rolling deploy) would otherwise see a slot as settled while
+-- one of their partitions has no run.
+WITH grp AS (
+    SELECT (g.ord - 1)::int AS gi, g.e ->> 0 AS job_name, (g.e ->> 1)::timestamptz AS schedule_slot
+    FROM jsonb_array_elements(%(groups)s::jsonb) WITH ORDINALITY AS g(e, ord)
+)
+-- (LATERAL ... LIMIT 1: one probe of the business key per row, whatever the statistics of a
+-- young ledger say; a hash anti-join of every run, or a scan of every run per row, took seconds)
+SELECT r.ord
+FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS r(e, ord)
+JOIN grp g ON g.gi = (r.e ->> 0)::int
+LEFT JOIN LATERAL (SELECT x.id FROM runner.job_runs x
+                   WHERE x.job_name = g.job_name AND x.schedule_slot = g.schedule_slot
+                     AND x.partition_key = r.e ->> 1
+                   LIMIT 1) AS run ON true
+WHERE run.id IS NULL
 
 -- name: heartbeat_instance
 -- (on the lock session: after a reconnect, backend_pid names the new one)
