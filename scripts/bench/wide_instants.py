@@ -13,8 +13,11 @@ extra attempt). No-op handlers. Per shape and round: a fresh scratch database, t
 processes started, one slot let pass (start-up, shares settling), then --slots slots measured
 from the ledger: per run, lag = the attempt's started_at (the claim statement's database
 clock) - the slot instant; p50 / p99 / max over every run of the measured slots, and per slot
-the time until all its runs had started. The measurement waits until every run of the
-measured slots has an attempt, or the period after the last slot has passed. While the
+the time until all its runs had started. Beside it, the handler start lag: each no-op handler
+appends its slot and time.time() to a file of its process (one write(2)), so the wait of a
+claimed run for a handler thread (--max-inflight above --workers) is in that figure. The
+measurement waits until every run of the measured slots has an attempt, or the period after
+the last slot has passed. While the
 processes run, pg_stat_activity of the scratch database is sampled every 0.1 s: the most
 backends seen at once, in all and by application_name, so "no more connections than today"
 is a figure, not a claim; and each process's memory from /proc: its peak resident set
@@ -65,11 +68,15 @@ from benchlib import (  # noqa: E402
 from runner.store import migrate  # noqa: E402
 
 APP = '''
+import os, time
 from runner import Runner
 app = Runner()
 
+# each handler's start, one line appended (one write(2)) to this process's own file
+_starts = os.open(os.path.join({starts!r}, f"starts.{{os.getpid()}}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
 def noop(ctx):
-    pass
+    os.write(_starts, f"{{ctx.slot.timestamp()}} {{time.time()}}\\n".encode())
 
 for j in range({jobs}):
     app.job(f"wide-{{j:03d}}", every="{every}s", partitions=[f"t{{i:05d}}" for i in range({partitions})],
@@ -153,7 +160,8 @@ def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, proc
     migrate.upgrade(url)
     procs: list[subprocess.Popen[bytes]] = []
     with scratch_dir("wide_") as tmp:
-        (tmp / "wide_app.py").write_text(APP.format(jobs=jobs, partitions=partitions, every=every))
+        (tmp / "wide_app.py").write_text(APP.format(jobs=jobs, partitions=partitions, every=every,
+                                                    starts=str(tmp)))
         sampler = Backends(url)
         try:
             with psycopg.connect(url, autocommit=True) as conn:
@@ -196,6 +204,16 @@ def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, proc
                 attempts, runs_with = conn.execute(
                     "SELECT count(*), count(DISTINCT a.run_id) FROM runner.attempts a JOIN runner.job_runs r"
                     " ON r.id = a.run_id WHERE r.schedule_slot = ANY(%s)", (instants,)).fetchone()
+            # each handler's start (its first action, in the app above): a claimed run may wait
+            # for a handler thread (--max-inflight above --workers), so this lag is the user's
+            measured, give_up = set(wanted), time.monotonic() + 30
+            while True:
+                handler_lags = [float(b) - float(a) for f in tmp.glob("starts.*")
+                                for a, b in (line.split() for line in f.read_text().splitlines())
+                                if float(a) in measured]
+                if len(handler_lags) >= expected or time.monotonic() > give_up:
+                    break
+                time.sleep(0.5)  # polling interval of the condition
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -217,6 +235,8 @@ def measure(admin: str, jobs: int, partitions: int, every: int, slots: int, proc
         "p50_ms": percentile(lags, 50) * 1000, "p99_ms": percentile(lags, 99) * 1000,
         "max_ms": max(lags, default=float("nan")) * 1000,
         "within_1s": sum(1 for lag in lags if lag <= 1.0),
+        "handler_p50_ms": percentile(handler_lags, 50) * 1000,
+        "handler_p99_ms": percentile(handler_lags, 99) * 1000, "handler_starts": len(handler_lags),
         "slot_all_started_ms": [round(v * 1000, 1) for v in per_slot.values()],
         "backends_most": sampler.most, "backends_by_app": dict(sampler.most_by_app),
         "activity": sampler.activity(),
@@ -258,11 +278,13 @@ def main() -> None:
             r = measure(args.dsn, j, p, e, args.slots, args.processes, args.workers, args.max_inflight)
             samples[r["shape"]].append(r)
             print(f"round {i + 1}, {r['shape']}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, max "
-                  f"{r['max_ms']:.0f} ms, {r['runs']}/{r['expected_runs']} runs, slots all started "
+                  f"{r['max_ms']:.0f} ms, handler start p50 {r['handler_p50_ms']:.0f} ms p99 "
+                  f"{r['handler_p99_ms']:.0f} ms ({r['handler_starts']} starts), "
+                  f"{r['runs']}/{r['expected_runs']} runs, slots all started "
                   f"{r['slot_all_started_ms']} ms, backends {r['backends_most']} {r['backends_by_app']}, "
                   f"RSS MB idle {r['rss_idle_mb']} peak {r['rss_peak_mb']}, extra attempts {r['extra_attempts']}",
                   file=sys.stderr)
-    keys = ("p50_ms", "p99_ms", "max_ms", "backends_most")
+    keys = ("p50_ms", "p99_ms", "max_ms", "handler_p50_ms", "handler_p99_ms", "backends_most")
     base_p99 = statistics.median(r["p99_ms"] for r in base) if base else None
     figures: list[dict[str, Any]] = [
         {"label": shape, "values": {**{k: statistics.median(r[k] for r in runs) for k in keys},
@@ -283,19 +305,20 @@ def main() -> None:
         return
     print(f"medians of {args.repeat} rounds; {args.processes} processes, --workers {args.workers}"
           f" --max-inflight {args.max_inflight}; load {env['loadavg_1m_at_start']} at start")
-    print(f"{'shape':>13} {'runs/expected':>16} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'backends':>9}"
-          f" {'max RSS MB':>10}   p99 samples")
+    print(f"{'shape':>13} {'runs/expected':>16} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'handler p99':>11}"
+          f" {'backends':>9} {'max RSS MB':>10}   p99 samples")
     if base:
         m = statistics.median(r["p99_ms"] for r in base)
         print(f"{str(args.baseline) + 'x1/1':>13} {sum(r['runs'] for r in base):>7}/"
               f"{sum(r['expected_runs'] for r in base):<8} {statistics.median(r['p50_ms'] for r in base):>8.1f}"
-              f" {m:>8.1f} {statistics.median(r['max_ms'] for r in base):>8.1f} {'':>9} {'':>10}   "
+              f" {m:>8.1f} {statistics.median(r['max_ms'] for r in base):>8.1f} {'':>11} {'':>9} {'':>10}   "
               + ", ".join(f"{r['p99_ms']:.1f}" for r in base))
     for shape, runs in samples.items():
         peak = max((m for r in runs for m in r["rss_peak_mb"] if m), default=float("nan"))
         print(f"{shape:>13} {sum(r['runs'] for r in runs):>7}/{sum(r['expected_runs'] for r in runs):<8}"
               f" {statistics.median(r['p50_ms'] for r in runs):>8.1f} {statistics.median(r['p99_ms'] for r in runs):>8.1f}"
-              f" {statistics.median(r['max_ms'] for r in runs):>8.1f} {max(r['backends_most'] for r in runs):>9}"
+              f" {statistics.median(r['max_ms'] for r in runs):>8.1f}"
+              f" {statistics.median(r['handler_p99_ms'] for r in runs):>11.1f} {max(r['backends_most'] for r in runs):>9}"
               f" {peak:>10.1f}   "
               + ", ".join(f"{r['p99_ms']:.1f}" for r in runs)
               + f"; extra attempts (must be 0): {sum(r['extra_attempts'] for r in runs)}")
