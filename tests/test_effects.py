@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -312,7 +311,7 @@ def next_attempt(url: str, ctx: JobContext) -> JobContext:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE runner.job_runs SET attempt = attempt + 1, fence = fence + 1 WHERE id = %s",
                      (ctx.run_id,))
-    return JobContext(replace(ctx._run, attempt=ctx.attempt + 1, fence=ctx.fence + 1), ctx._job, ctx._pool)
+    return JobContext(ctx._run._replace(attempt=ctx.attempt + 1, fence=ctx.fence + 1), ctx._job, ctx._pool)
 
 
 def mark_sent(conn: psycopg.Connection[Any], ctx: JobContext, key: str, seen: tuple[Any, Any] = (None, None),
@@ -381,7 +380,7 @@ def test_a_takeover_waits_for_a_sent_mark_and_the_next_owner_sees_it(ctx: JobCon
     finally:
         marker.close()
         takeover.close()
-    nxt = JobContext(replace(ctx._run, attempt=2, fence=2), ctx._job, ctx._pool)
+    nxt = JobContext(ctx._run._replace(attempt=2, fence=2), ctx._job, ctx._pool)
     with pytest.raises(UnresolvedEffect):
         nxt.effect("k", lambda: pytest.fail("sent again"))
 

@@ -3,7 +3,6 @@ the ledger; never claimed as if on time, never dropped silently."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -135,7 +134,7 @@ def test_a_replayed_slot_retried_released_or_recovered_still_holds_the_next_back
                 ledger.Outcome(run.id, 0, "released", error_class="runner.LockBusy", error_message="x",
                                retry_delay=0.0)]
     for outcome in outcomes:
-        assert ledger.finish_attempts(conn, [replace(outcome, fence=run.fence)]) == {(run.id, run.fence): True}
+        assert ledger.finish_attempts(conn, [outcome._replace(fence=run.fence)]) == {(run.id, run.fence): True}
         _, again = ledger.claim_due_runs(conn, owner, ["late"], 10)
         assert [(r.id, r.slot) for r in again] == [(run.id, T0 + 7 * MIN)], (outcome.status, again)
         run = again[0]
