@@ -13,26 +13,27 @@ consider due; those go back in line and the clock is pulled back (runner/worker/
 Shares: when several runners serve a job, each slot's rows are shared out among them (the
 live runners serving the job, from runner.instances, ordered by instance id; a row's share
 is its idempotency key's first 32 bits modulo their number). A runner claims its own share
-at once and sets the others' shares aside; ``steal_after`` seconds later (0.5 s) it looks
-whether every partition of that slot has a run, and if not, claims the rest itself, from the
-end of the others' shares toward where they are working. So runners serving the same jobs
-do not queue behind each other's inserts at the instant a slot falls due (an insert that
-meets another session's uncommitted row waits for that session's commit). A runner killed
-outright drops out of the shares at the others' next poll (its lock session is gone from
-pg_stat_activity); one that hangs or is overloaded delays its share by ``steal_after`` at
-most, until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share is an
+at once and sets the others' shares aside; ``steal_after`` seconds later (0.5 s), once its
+own claims of that slot are sent, it looks whether every partition of that slot has a run,
+and if not, claims the rest itself, from the end of the others' shares toward where they
+are working. So runners serving the same jobs do not queue behind each other's inserts at
+the instant a slot falls due (an insert that meets another session's uncommitted row waits
+for that session's commit). A runner killed outright drops out of the shares at the others'
+next poll (its lock session is gone from pg_stat_activity); one that hangs or is overloaded
+delays its share by ``steal_after`` at least (or until the others' own claims of the slot
+are sent), until its heartbeat ages out (``3 x instance_heartbeat`` = 15 s). A share is an
 order of claims, never an exclusion: every row is still claimed by one INSERT ... ON CONFLICT
 DO NOTHING, and whoever inserts first owns the run.
 
-Stolen rows wait in a queue of their own, claimed only when this runner has no claims of its
-own left, STEAL_FIRST at a time first (doubled after each batch that met no run of the other
-runner). At a wide slot the other runner is not hung, only still at work on its share
-(10,000 runs take longer than ``steal_after``): a batch of stolen rows that meets runs the
-other runner made (conflicts) says so, and the rest of those slots' stolen rows go back aside
-for another ``steal_after``, then are looked at again by key. Before, every row still
-unclaimed at the first look was claimed: two runners splitting 10,000 runs claimed about 3,000
-rows the other already had, and waited on the other's uncommitted inserts and finishes
-(``Lock:transactionid``) for a third of their claims' time.
+Stolen rows wait in a queue of their own, claimed after this runner's own claims of the same
+slot (an older slot's first, whoever's), STEAL_FIRST at a time first (doubled after each
+batch that met no run of the other runner). At a wide slot the other runner is not hung,
+only still at work on its share (10,000 runs take longer than ``steal_after``): a batch of
+stolen rows that meets runs the other runner made (conflicts) says so, and the rest of those
+slots' stolen rows go back aside for another ``steal_after``, then are looked at again by
+key. Before, every row still unclaimed at the first look was claimed: two runners splitting
+10,000 runs claimed about 3,000 rows the other already had, and waited on the other's
+uncommitted inserts and finishes (``Lock:transactionid``) for a third of their claims' time.
 
 Everything here runs on the loop thread; only ``claims_waiting`` and the sleep hints are
 read by the other parts, on that thread too.
@@ -128,6 +129,11 @@ class ClaimPath:
             if cutoff >= tracked[job.name]:
                 self.misfires.hand(job.name, None, job.schedule.latest_at_or_before(cutoff))
 
+    def _queued(self) -> int:
+        """Claims waiting to be sent: this runner's own and the stolen ones (the backlog cap
+        bounds them; the others' shares set aside are bounded by ``steal``)."""
+        return len(self.pending) + len(self.stolen)
+
     def claims_waiting(self) -> bool:
         """Whether live claims wait in this process (other lanes then hold back)."""
         return bool(self.pending or self.stolen)
@@ -164,7 +170,7 @@ class ClaimPath:
                 last = job.schedule.latest_at_or_before(cutoff)
                 self.misfires.hand(name, slot, last)
                 slot = job.schedule.next_after(last)
-            while slot <= now and len(self.pending) < self._backlog_cap:
+            while slot <= now and self._queued() < self._backlog_cap:
                 ready = self._prepared.pop(name, None)
                 claims = ready[1] if ready is not None and ready[0] == slot else self._slot_claims(job, slot)
                 self._share_out(job, slot, claims)
@@ -189,9 +195,18 @@ class ClaimPath:
                     self._prepared[name] = (slot, self._slot_claims(job, slot))
 
     def steal(self) -> None:
-        """The ``steal`` duty: other runners' shares of a slot whose time is up."""
-        if self.deferred and self.deferred[0].release <= time.monotonic():
-            self._release_deferred()
+        """The ``steal`` duty: other runners' shares of a slot whose time is up, looked at once
+        this runner's own claims of that slot are sent (stolen rows are claimed after those
+        anyway, and the look, one probe a row, would hold up the claims on the same session:
+        50,000 rows at a 100,000-run instant)."""
+        if not self.deferred or self.deferred[0].release > time.monotonic():
+            return
+        if self.pending and self.pending[0].slot <= self.deferred[0].slot \
+                and sum(len(d.claims) for d in self.deferred) <= self._backlog_cap:
+            return  # own claims of that slot (or an older one) still to send
+        # (past the backlog cap the shares set aside are looked at anyway: they move to the
+        # stolen queue, which the cap bounds)
+        self._release_deferred()
 
     def claim_free(self) -> None:
         """The ``claims`` duty: on-time claims, within the free room of the live lanes."""
@@ -296,9 +311,11 @@ class ClaimPath:
         ]
 
     def claim(self, limit: int) -> int:
-        """Claim up to ``limit`` pending slots in one statement (this runner's own first, then
-        the stolen ones); start the runs won."""
-        source = self.pending if self.pending else self.stolen
+        """Claim up to ``limit`` pending slots in one statement (the oldest slot first, this
+        runner's own rows of it before the stolen ones); start the runs won."""
+        # the oldest slot first; of one slot, this runner's own rows before the stolen ones
+        stolen_first = bool(self.stolen) and (not self.pending or self.stolen[0].slot < self.pending[0].slot)
+        source = self.stolen if stolen_first else self.pending
         if source is self.stolen:  # small first: the other runner may be at work on them
             limit = min(limit, self._steal_batch)
         batch = [source.popleft() for _ in range(min(limit, len(source)))]
