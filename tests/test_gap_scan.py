@@ -764,6 +764,45 @@ def test_slots_coalesced_into_a_dead_or_held_cover_are_reached_from_the_covers(d
                          for n in loops), [n["Plans"][0] for n in loops]
 
 
+def test_a_partition_is_probed_for_a_run_by_the_whole_key(db_url: str) -> None:
+    """The gap scan asks whether a slot x partition has a run with one seek of the run's whole
+    key (job, slot, partition: runner.slot_run_v1, inlined), above the watermark and for the
+    holes below it: it reads at most the run it finds. The single form `p.key IS NULL OR
+    r.partition_key = p.key` sought (job, slot) and read the slot's runs until it met the
+    partition, 190 runs for each partition without one here (issue 32). Read from the
+    function's own plan (auto_explain, nested, with actual rows) on one job of 200 partitions
+    over 20 slots, 190 partitions of each with a run, the watermark half-way."""
+    keys = [f"p{i:03}" for i in range(200)]
+    as_of = T0 + timedelta(minutes=19)  # the last slot's instant
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        sync(conn, now=T0, j={"every": "1m", "partitions": keys, "track_from": T0})
+        conn.execute(
+            "INSERT INTO runner.job_runs (job_name, schedule_slot, partition_key, business_date, window_start,"
+            " window_end, status, trigger, attempt, fence, idempotency_key)"
+            " SELECT 'j', s, k, s::date, s, s, 'succeeded', 'schedule', 1, 1, 'j|' || s || '|' || k"
+            " FROM generate_series(%s::timestamptz, %s, interval '1 minute') AS s, unnest(%s::text[]) AS k",
+            (T0, as_of, keys[:190]))
+        conn.execute("ANALYZE runner.job_runs")
+        advance(conn, T0 + timedelta(minutes=9))  # slots 0-9 by their holes, 10-19 expanded
+        assert scalar_in(conn, "SELECT count(*) FROM runner.gap_holes") == 100
+        expected = {("j", T0 + timedelta(minutes=m), k, "never_started") for m in range(20) for k in keys[190:]}
+        assert gaps(conn, as_of) == expected
+        [scan] = [p for p in executed_plans(conn, "SELECT count(*) FROM runner.missing_slots_v1(%s)", (as_of,),
+                                            analyze=True)
+                  if "WITH jobs AS MATERIALIZED" in p.get("Query Text", "")]
+    # the probes: every read of job_runs but the unaccounted runs' and the coalesced runs'
+    # partial indexes; each one executed seeks the whole key and finds at most its run
+    probes = [n for n in plan_nodes(scan["Plan"]) if n.get("Relation Name") == "job_runs"
+              and n.get("Index Name") not in ("job_runs_unaccounted", "job_runs_coalesced_into")
+              and n["Actual Loops"] > 0]
+    assert probes and all("partition_key = " in n.get("Index Cond", "") and n["Actual Rows"] <= 1
+                          and not n.get("Rows Removed by Filter") for n in probes), [
+        (n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Filter"), n["Actual Rows"],
+         n["Actual Loops"], n.get("Rows Removed by Filter")) for n in probes]
+    # above the watermark 10 slots x 200 partitions, below it the 100 holes
+    assert sum(n["Actual Loops"] for n in probes) == 10 * 200 + 100
+
+
 # --------------------------------------------------------------------------------------------
 # runner gaps
 

@@ -250,19 +250,13 @@ BEGIN
         CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
                                        WHEN f.job_name IS NOT NULL THEN f.partitions
                                        ELSE ARRAY[NULL::text] END) AS p(key)
-        -- (SELECT 1, not the run's id: the key's index answers alone, an index-only scan,
-        -- where fetching the id read a heap page per probe: revision 0022_probes. Two
-        -- branches, one taken per row: a partition's probe seeks the whole key, where v2's
+        -- (the probe is runner.slot_run_v1, inlined: no run's id, so the key's index answers
+        -- alone, an index-only scan, where fetching the id read a heap page per probe:
+        -- revision 0022_probes; and a partition's probe seeks the whole key, where v2's
         -- `p.key IS NULL OR r.partition_key = p.key` sought (job, slot) and read the slot's
         -- runs until it met the partition: half the slot's partitions per probe, 80 s for
         -- the 100,000 probes of one slot of 100 jobs x 1,000 partitions, issue 32)
-        LEFT JOIN LATERAL (SELECT 1 AS found FROM runner.job_runs r
-                           WHERE p.key IS NOT NULL AND r.job_name = g.job_name
-                             AND r.schedule_slot = x.slot AND r.partition_key = p.key
-                           UNION ALL
-                           SELECT 1 FROM runner.job_runs r
-                           WHERE p.key IS NULL AND r.job_name = g.job_name AND r.schedule_slot = x.slot
-                           LIMIT 1) AS run ON true
+        LEFT JOIN LATERAL runner.slot_run_v1(g.job_name, x.slot, p.key) AS run(found) ON true
         WHERE g.lo < g.hi AND run.found IS NULL
     ), forgotten_outside AS (
         -- Holes outside the trusted watermark (a newer schedule, a moved track_from) stay only
@@ -305,10 +299,7 @@ BEGIN
                                                 AND f.schedule_slot = h.schedule_slot
                                                 AND f.error IS NULL),
                                              ARRAY[NULL::text]) END) AS k(key)
-              WHERE NOT EXISTS (SELECT 1 FROM runner.job_runs r
-                                WHERE r.job_name = h.job_name
-                                  AND r.schedule_slot = h.schedule_slot
-                                  AND (k.key IS NULL OR r.partition_key = k.key)))
+              WHERE NOT EXISTS (SELECT 1 FROM runner.slot_run_v1(h.job_name, h.schedule_slot, k.key)))
     ), recorded AS (
         INSERT INTO runner.gap_holes (job_name, schedule_slot, whole_slot, partition_key, recorded_at)
         SELECT m.job_name, m.slot, m.whole_slot, m.partition_key, clock FROM missing m

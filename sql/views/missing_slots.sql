@@ -153,9 +153,11 @@ WITH jobs AS MATERIALIZED (
         WINDOW w AS (ORDER BY h.valid_from)
     ) AS s
 ), never_started AS (
-    -- above the watermark: expected slots x partitions without any run (LATERAL ... LIMIT 1:
-    -- one index probe per slot, never a hash anti-join that would read every run of the
-    -- ledger because the slot estimates are large defaults)
+    -- above the watermark: expected slots x partitions without any run (LATERAL: one index
+    -- probe per slot x partition, never a hash anti-join that would read every run of the
+    -- ledger because the slot estimates are large defaults). The probe is runner.slot_run_v1,
+    -- inlined: a partition's seeks the whole key, where `p.key IS NULL OR r.partition_key =
+    -- p.key` sought (job, slot) and read the slot's runs until it met the partition (issue 32)
     SELECT g.job_name, x.slot, p.key AS partition_key, g.paused, g.job_zone, f.error
     FROM segments g
     CROSS JOIN LATERAL runner.schedule_slots_v1(
@@ -164,11 +166,8 @@ WITH jobs AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(CASE WHEN NOT g.dynamic_partitions THEN coalesce(g.partitions, ARRAY[''])
                                    WHEN f.job_name IS NOT NULL AND f.error IS NULL THEN f.partitions
                                    ELSE ARRAY[NULL::text] END) AS p(key)
-    LEFT JOIN LATERAL (SELECT r.id FROM runner.job_runs r
-                       WHERE r.job_name = g.job_name AND r.schedule_slot = x.slot
-                         AND (p.key IS NULL OR r.partition_key = p.key)
-                       LIMIT 1) AS run ON true
-    WHERE g.lo < g.hi AND run.id IS NULL
+    LEFT JOIN LATERAL runner.slot_run_v1(g.job_name, x.slot, p.key) AS run(found) ON true
+    WHERE g.lo < g.hi AND run.found IS NULL
     UNION ALL
     -- at or below it: the holes the advance recorded that still have no run (a whole-slot
     -- hole of a slot whose fan-out was recorded after the advance: each recorded partition)
@@ -187,9 +186,7 @@ WITH jobs AS MATERIALIZED (
     WHERE (NOT j.retired
            OR EXISTS (SELECT 1 FROM runner.tracked_spans_v1(h.job_name) AS t
                       WHERE h.schedule_slot > t.lo AND h.schedule_slot <= t.hi))
-      AND NOT EXISTS (SELECT 1 FROM runner.job_runs r
-                      WHERE r.job_name = h.job_name AND r.schedule_slot = h.schedule_slot
-                        AND (p.key IS NULL OR r.partition_key = p.key))
+      AND NOT EXISTS (SELECT 1 FROM runner.slot_run_v1(h.job_name, h.schedule_slot, p.key))
 )
 SELECT n.job_name, n.slot, timezone(n.job_zone, n.slot), n.partition_key,
        CASE WHEN n.error IS NULL THEN 'never_started' ELSE 'fanout_failed' END,
