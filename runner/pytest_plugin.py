@@ -1,5 +1,7 @@
 """A pytest fixture for testing one's own jobs: ``runner_database``, a throwaway database
-migrated to head (runner/testing.py: fresh_database), one per test.
+migrated to head (runner/testing.py: fresh_database), one per test; dropped in the
+background (runner/testing.py: DropBehind), so that no test waits for the server's checkpoint,
+and every one of them gone when the session ends.
 
 Enable it in a ``conftest.py``::
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from runner.settings import ConfigError
-from runner.testing import fresh_database
+from runner.testing import DropBehind, fresh_database
 
 
 @pytest.fixture(scope="session")
@@ -48,8 +50,20 @@ def runner_test_server() -> Iterator[str]:
             embedded.stop(where)
 
 
+@pytest.fixture(scope="session")
+def runner_database_drops(runner_test_server: str) -> Iterator[DropBehind]:
+    """The ``runner_database`` databases handed back, dropped behind the tests; the session
+    ends once they are all dropped."""
+    drops = DropBehind(runner_test_server)
+    try:
+        yield drops
+    finally:
+        drops.close()
+
+
 @pytest.fixture
-def runner_database(runner_test_server: str) -> Iterator[str]:
-    """The URL of a fresh database migrated to head, dropped after the test."""
-    with fresh_database(runner_test_server) as url:
+def runner_database(runner_test_server: str, runner_database_drops: DropBehind) -> Iterator[str]:
+    """The URL of a fresh database migrated to head, dropped after the test (in the
+    background; by the end of the session)."""
+    with fresh_database(runner_test_server, drops=runner_database_drops) as url:
         yield url

@@ -19,6 +19,12 @@ The slot must be one of the job's schedule and not in the future (database clock
 migrates it to head, yields its URL and drops it afterwards. A pytest fixture built on it,
 ``runner_database``, is in runner/pytest_plugin.py: add ``pytest_plugins =
 ["runner.pytest_plugin"]`` to a conftest.py.
+
+Every DROP DATABASE waits for a checkpoint of the server (seconds on a busy one); drops
+waiting at the same time share one. ``DropBehind`` drops databases in a thread of its own, all
+those handed to it meanwhile at once (``drop_databases``), and ``close()`` waits until every
+one is gone: ``fresh_database(..., drops=...)`` hands its database to one instead of waiting,
+as the ``runner_database`` fixture does, so that no test waits for a checkpoint.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -272,10 +279,11 @@ def _record(conn: psycopg.Connection[Any], run_id: int) -> RunRecord:
 
 
 @contextmanager
-def fresh_database(server_url: str | None = None) -> Iterator[str]:
+def fresh_database(server_url: str | None = None, *, drops: DropBehind | None = None) -> Iterator[str]:
     """A new database on the server of ``server_url`` (a ``postgresql://`` URL of any of its
     databases, the role able to create databases; default ``RUNNER_TEST_DATABASE_URL``),
-    migrated to head. Yields its URL; dropped on exit, whatever connections remain."""
+    migrated to head. Yields its URL; dropped on exit, whatever connections remain (with
+    ``drops``, handed to it: dropped in the background, gone once it is closed)."""
     server_url = server_url or os.environ.get("RUNNER_TEST_DATABASE_URL")
     if not server_url:
         raise ConfigError("fresh_database needs a server URL (or RUNNER_TEST_DATABASE_URL)")
@@ -290,5 +298,89 @@ def fresh_database(server_url: str | None = None) -> Iterator[str]:
         migrate.upgrade(url)
         yield url
     finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        if drops is not None:
+            drops.drop(name)
+        else:
+            drop_databases(server_url, [name])
+
+
+MAX_DROPS_TOGETHER = 4  # drops at once, each on a connection of its own (a shared server: few)
+
+
+def drop_databases(server_url: str, names: list[str]) -> None:
+    """DROP DATABASE ... WITH (FORCE) each of ``names`` on the server of ``server_url``, at the
+    same time (``MAX_DROPS_TOGETHER`` at most), each on a connection of its own, so that their
+    checkpoints coincide. Raises the first error once every drop has ended."""
+    errors: list[BaseException] = []
+
+    def drop(name: str) -> None:
+        try:
+            with psycopg.connect(server_url, autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    for i in range(0, len(names), MAX_DROPS_TOGETHER):
+        threads = [threading.Thread(target=drop, args=(name,), name=f"drop-{name}")
+                   for name in names[i:i + MAX_DROPS_TOGETHER]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise errors[0]
+
+
+class DropBehind:
+    """Databases of one server dropped in a background thread: ``drop(name)`` returns at once,
+    the names handed over while a drop runs are dropped together next; ``settle()`` waits until
+    every name handed over is gone; ``close()`` settles, stops the thread and raises the first
+    drop that failed."""
+
+    def __init__(self, server_url: str) -> None:
+        self._server_url = server_url
+        self._waiting: deque[str] = deque()
+        self._busy = False
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="runner-drops", daemon=True)
+        self._thread.start()
+
+    def drop(self, name: str) -> None:
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("DropBehind is closed")
+            self._waiting.append(name)
+            self._cond.notify_all()
+
+    def settle(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._waiting and not self._busy)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()  # it drops what is waiting before it ends
+        if self._error is not None:
+            raise RuntimeError(f"dropping a test database failed: {self._error}") from self._error
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or bool(self._waiting))
+                if not self._waiting:
+                    return
+                names = list(self._waiting)
+                self._waiting.clear()
+                self._busy = True
+            try:
+                drop_databases(self._server_url, names)
+            except BaseException as exc:
+                with self._cond:
+                    self._error = self._error or exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()

@@ -29,8 +29,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from runner.testing import drop_databases
+
 DROP_BATCH = 8  # databases handed back before the pool drops them, together
-MAX_TOGETHER = 4  # drops at once, each on a connection of its own (the server is shared: few)
 
 
 class ClonePool:
@@ -110,7 +111,7 @@ class ClonePool:
         for thread in self._threads:
             thread.join(timeout=120)
         try:
-            _drop_together(self._admin_url, [*self._ready, *self._drops])
+            drop_databases(self._admin_url, [*self._ready, *self._drops])
         finally:
             self._ready.clear()
             self._drops.clear()
@@ -150,7 +151,7 @@ class ClonePool:
                     self._drops.clear()
                     self._dropping = True
                 try:
-                    _drop_together(self._admin_url, names)
+                    drop_databases(self._admin_url, names)
                 finally:
                     with self._cond:
                         self._dropping = False
@@ -178,29 +179,3 @@ def _clone(admin: psycopg.Connection[Any], template: str | None, name: str) -> N
 
 def _drop(admin: psycopg.Connection[Any], name: str) -> None:
     admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def _drop_together(admin_url: str, names: list[str]) -> None:
-    """Drop ``names`` at the same time (``MAX_TOGETHER`` at most), each on a connection of
-    its own: their checkpoints coincide. Raises the first error, once every drop has ended."""
-    for i in range(0, len(names), MAX_TOGETHER):
-        _drop_at_once(admin_url, names[i:i + MAX_TOGETHER])
-
-
-def _drop_at_once(admin_url: str, names: list[str]) -> None:
-    errors: list[BaseException] = []
-
-    def drop(name: str) -> None:
-        try:
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                _drop(admin, name)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=drop, args=(name,), name=f"drop-{name}") for name in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]

@@ -5,7 +5,9 @@ source's runners (alive, in the same cluster) are not its peers, until `runner d
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,7 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from pytest_postgresql.janitor import DatabaseJanitor
 
 from runner.store import ledger
 from tests.conftest import SERVER, url_for
@@ -33,6 +34,8 @@ from tests.test_backfill import APP, at, iso
 pytestmark = pytest.mark.skipif(shutil.which("pg_dump") is None or shutil.which("pg_restore") is None,
                                 reason="pg_dump and pg_restore are not installed")
 
+COPIES = itertools.count(1)
+
 PLAN_RUNS = """
 SELECT count(*) FILTER (WHERE r.status = 'succeeded'), count(*) FILTER (WHERE r.status = 'running'),
        (SELECT count(*) FROM runner.attempts a JOIN runner.job_runs x ON x.id = a.run_id
@@ -49,15 +52,14 @@ def source(db_url: str) -> str:
 
 
 @pytest.fixture
-def copy_name() -> Iterator[str]:
-    import os
-
-    name = f"runner_test_copy_{os.getpid()}"
-    janitor = DatabaseJanitor(user=SERVER["user"], host=SERVER["host"], port=SERVER["port"], dbname=name,
-                              password=SERVER["password"])
-    janitor.drop()
-    with janitor:
+def copy_name(clone_pool: Any) -> Iterator[str]:
+    """The name of the copy's database, not yet made (the test makes it); dropped behind the
+    test by the clone pool (tests/clonepool.py), whatever the test made of it."""
+    name = f"runner_test_copy_{os.getpid()}_{next(COPIES)}"
+    try:
         yield name
+    finally:
+        clone_pool.give_back(name)
 
 
 def restore(source: str, target: str, tmp_path: Path) -> None:
@@ -70,8 +72,9 @@ def restore(source: str, target: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_restored_copy_holds_the_sources_plan_until_adopted(source: str, copy_name: str,
+def test_a_restored_copy_holds_the_sources_plan_until_adopted(source: str, copy_name: str, clone_pool: Any,
                                                               tmp_path: Path) -> None:
+    clone_pool.create(copy_name)  # empty, for pg_restore
     # the source: a backfill of 24 runs, one at a time, running under a live runner
     made = run_cli("backfill", "hourly", "--from", iso(at(0)), "--to", iso(at(12)), "--reason", "replay",
                    "--concurrency", "1", "--yes", "--json", "--app", APP, url=source, timeout=120)
@@ -146,15 +149,12 @@ def test_a_restored_copy_holds_the_sources_plan_until_adopted(source: str, copy_
     assert scalar(url_for(copy_name), "SELECT count(*) FROM runner.requests WHERE action = 'adopt_ledger'") == 1
 
 
-def test_a_template_clone_is_a_copy_and_a_renamed_database_is_not(postgresql_server: Any,
+def test_a_template_clone_is_a_copy_and_a_renamed_database_is_not(postgresql_server: Any, clone_pool: Any,
                                                                   copy_name: str) -> None:
     """CREATE DATABASE ... TEMPLATE keeps the system identifier but not the database's oid: a
     copy (here of the test session's migrated template). ALTER DATABASE ... RENAME keeps the
     oid: the same ledger."""
-    with psycopg.connect(url_for("postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(copy_name)))
-        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(copy_name), sql.Identifier(postgresql_server.template_dbname)))
+    clone_pool.create(copy_name, postgresql_server.template_dbname)
     copied, recorded = rows(url_for(copy_name), "SELECT copied, recorded_database_name FROM runner.ledger_copy_v1()")[0]
     assert copied is True and recorded == postgresql_server.template_dbname
     adopted = run_cli("db", "adopt", "--reason", "a clone for tests", "--yes", url=url_for(copy_name))

@@ -269,6 +269,7 @@ class LoopModel(RuleBasedStateMachine):
     """One example: a fresh database, one or two runners, and the model of what was done."""
 
     template: str = ""  # set by the test: the migrated template database
+    pool: Any = None  # set by the test: the clone pool, which makes and drops each example's database
     workdir: Path = Path()
     stats: ClassVar[dict[str, int]] = {}
     counter = itertools.count()
@@ -278,10 +279,7 @@ class LoopModel(RuleBasedStateMachine):
         self.n = next(self.counter)
         self.stats["examples"] = self.stats.get("examples", 0) + 1
         self.dbname = f"runner_model_{os.getpid()}_{self.n}"
-        with psycopg.connect(url_for("postgres"), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.dbname)))
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(self.dbname), sql.Identifier(self.template)))
+        self.pool.create(self.dbname, self.template)
         self.url = url_for(self.dbname)
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(OWN_IDENTITY)  # a clone of the template, not a copy to adopt (conftest)
@@ -773,9 +771,7 @@ class LoopModel(RuleBasedStateMachine):
             self.stats["crash_exits"] = self.stats.get("crash_exits", 0) + self.runners.crash_exits
             self.runners.shutdown()
             if not self.failed or not os.environ.get("RUNNER_MODEL_KEEP"):
-                with psycopg.connect(url_for("postgres"), autocommit=True) as conn:
-                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(self.dbname)))
+                self.pool.give_back(self.dbname)  # dropped behind the next example (tests/clonepool.py)
 
     # -- at the end of an example ---------------------------------------------------------
 
@@ -900,13 +896,14 @@ def _profile() -> settings:
     return settings(max_examples=3, stateful_step_count=15, **common)
 
 
-def test_the_loop_against_a_model(postgresql_server: Any, tmp_path: Path,
+def test_the_loop_against_a_model(postgresql_server: Any, clone_pool: Any, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Random sequences of steps (module docstring); the ledger audit and the model's checks
     after each. CI tier: a fixed seed; RUNNER_MODEL_TIER=long for the longer local tier."""
     from hypothesis import seed
 
     LoopModel.template = postgresql_server.template_dbname
+    LoopModel.pool = clone_pool
     LoopModel.workdir = tmp_path
     LoopModel.stats = {}
     machine: Any = LoopModel

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from runner import AsyncJobContext, JobContext, Permanent, Runner
-from runner.testing import fresh_database, run_once
+from runner.testing import DropBehind, fresh_database, run_once
 from tests.conftest import url_for
 from tests.support import assert_ledger_clean, rows, scalar
 
@@ -141,3 +145,51 @@ def test_fresh_database_is_migrated_and_dropped() -> None:
     with pytest.raises(psycopg.OperationalError):
         held.execute("SELECT 1")
     held.close()
+
+
+def test_the_fixtures_databases_are_dropped_behind_the_tests_and_all_gone_at_the_end(tmp_path: Path) -> None:
+    """A user's suite with the plugin: each test gets a database of its own (a connection to it
+    left open), dropped in the background (runner/testing.py: DropBehind); none is left once
+    the session has ended."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    names = tmp_path / "names.txt"
+    (suite / "conftest.py").write_text('pytest_plugins = ["runner.pytest_plugin"]\n')
+    (suite / "test_user.py").write_text(
+        "import psycopg\n\n"
+        "HELD = []\n\n"
+        "def record(url):\n"
+        "    conn = psycopg.connect(url, autocommit=True)\n"
+        "    HELD.append(conn)  # left open: the drop goes ahead anyway\n"
+        "    name, jobs = conn.execute('SELECT current_database(), (SELECT count(*) FROM runner.jobs)').fetchone()\n"
+        "    assert jobs == 0\n"
+        f"    with open({str(names)!r}, 'a') as f:\n"
+        "        f.write(name + '\\n')\n\n"
+        + "".join(f"def test_{i}(runner_database):\n    record(runner_database)\n\n" for i in range(2)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["RUNNER_TEST_DATABASE_URL"] = url_for("postgres")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error",
+                          "--rootdir", str(suite), str(suite)], cwd=suite, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout + out.stderr
+    made = names.read_text().split()
+    assert len(made) == 2 and len(set(made)) == 2, made
+    assert rows(url_for("postgres"), "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (made,)) == []
+
+
+def test_drop_behind_drops_what_it_is_handed_and_reports_a_failed_drop(db_url: str, clone_pool: Any) -> None:
+    names = [clone_pool.create_empty() for _ in range(3)]
+    drops = DropBehind(url_for("postgres"))
+    for name in names:
+        drops.drop(name)
+    drops.settle()
+    assert rows(url_for("postgres"), "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)) == []
+    drops.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        drops.drop(names[0])
+    # a database it cannot drop (the one it connects to): the error is raised by close()
+    failing = DropBehind(db_url)
+    failing.drop(scalar(db_url, "SELECT current_database()"))
+    with pytest.raises(RuntimeError, match="dropping a test database failed"):
+        failing.close()
+    assert scalar(db_url, "SELECT 1") == 1

@@ -76,16 +76,31 @@ def web(ledger: Ledger, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for the module's tests (a launch is about a second); each test's pages
+    live in browser contexts of their own (``browser``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
-            yield chromium
+            yield launched
         finally:
-            chromium.close()
+            launched.close()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Any]:
+    """The module's Chromium. A test opens its pages with ``new_page`` or ``new_context``
+    (each a new browser context: no cookie, storage or cache of another test's); every
+    context is closed after the test."""
+    assert not chromium.contexts, "a context left open by an earlier test"
+    try:
+        yield chromium
+    finally:
+        for context in chromium.contexts:
+            context.close()
 
 
 def test_pages_and_a_rerun_in_a_real_browser(ledger: Ledger, web: str, browser: Any, tmp_path: Path) -> None:

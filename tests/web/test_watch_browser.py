@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.web.conftest import HOSTILE_ERROR, HOSTILE_JOB, HOSTILE_PART, Ledger
-from tests.web.test_browser import CHROMIUM, _login, _no_markup_made, browser, web  # noqa: F401
+from tests.web.test_browser import CHROMIUM, _login, _no_markup_made, browser, chromium, web  # noqa: F401
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="no /usr/bin/chromium: `apt-get install -y chromium` to run the browser tests")
