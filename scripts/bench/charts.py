@@ -38,7 +38,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
     "throughput": [("runs/s", "runs_per_s", "{:,.0f}"), ("× runner", "x_runner", "{:.2f}")],
     "console": [("median", "median_ms", "{:.1f} ms"), ("max", "max_ms", "{:.1f} ms")],
     "wide": [("p50", "p50_ms", "{:,.0f} ms"), ("p99", "p99_ms", "{:,.0f} ms"), ("max", "max_ms", "{:,.0f} ms"),
-             ("p99 / the baseline's", "x_baseline_p99", "{:.2f}"), ("every run within 1 s", "all_within_1s", YES_NO),
+             ("handler start p99", "handler_p99_ms", "{:,.0f} ms"), ("p99 / the baseline's", "x_baseline_p99", "{:.2f}"), ("every run within 1 s", "all_within_1s", YES_NO),
              ("backends, most at once", "backends_most", "{:.0f}")],
     "gapscan": [("ledger rows", "rows", "{:,.0f}"), ("rows listed", "listed", "{:,.0f}"), ("gap scan", "scan_ms", "{:.1f} ms"),
                 ("× the first ledger", "x_first", "{:.2f}"), ("buffers hit", "buffers_hit", "{:,.0f}"),
